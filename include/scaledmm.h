@@ -1,0 +1,325 @@
+/*
+ * scaledmm.h - int8 (w8a8) scaled matrix multiplication.
+ *
+ * One API over several backends (bit-exact scalar reference, multi-threaded
+ * CPU, GPU). Every number produced is defined by the numerics contract in
+ * doc/numerics.md; every backend, at every shape, stride, thread count and
+ * tile choice, returns results bit-for-bit equal to it.
+ *
+ * Conventions used throughout this header:
+ *   - Matrices are row-major. Sizes (m, n, k) and leading dimensions
+ *     (lda, ldb, ldc, ldx, ldq) are counted in ELEMENTS, never bytes.
+ *   - A matrix's footprint is the byte range from its first element to its
+ *     last: ((rows - 1) * ld + cols) * element_size bytes. The leading
+ *     dimension of a matrix with a single row is neither read nor validated.
+ *   - Pointers to operands with zero elements may be NULL.
+ *   - On any error nothing is written to any output.
+ *   - Argument structs must be zero-initialised before the fields are set
+ *     (`smm_scaled_mm_args a = {0};` or designated initialisers), so that
+ *     fields added by later versions default to "off".
+ */
+#ifndef SCALEDMM_H
+#define SCALEDMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(SMM_STATIC_BUILD)
+#define SMM_API __attribute__((visibility("default")))
+#else
+#define SMM_API
+#endif
+
+/* Library version (semantic versioning) and numerics-contract version. */
+#define SMM_VERSION_MAJOR 0
+#define SMM_VERSION_MINOR 1
+#define SMM_VERSION_PATCH 0
+#define SMM_CONTRACT_VERSION 1
+
+/* Status codes. Every function that can fail returns one of these. */
+typedef enum {
+    SMM_OK = 0,              /* success */
+    SMM_ERR_INVALID_ARG,     /* a NULL required pointer, negative size,
+                                leading dimension too small, bad length,
+                                unknown enum, or a byte count that overflows */
+    SMM_ERR_UNSUPPORTED,     /* valid request the chosen backend cannot run */
+    SMM_ERR_NO_MEMORY,       /* an allocation failed; nothing leaked */
+    SMM_ERR_OVERLAP,         /* an output's footprint intersects an input's
+                                (or another output's) */
+    SMM_ERR_DEVICE,          /* the GPU runtime reported an error */
+    SMM_ERR_NOT_AVAILABLE    /* the requested backend cannot run here */
+} smm_status;
+
+/* Element types. */
+typedef enum {
+    SMM_DTYPE_I8,   /* int8_t */
+    SMM_DTYPE_I32,  /* int32_t */
+    SMM_DTYPE_F32,  /* IEEE-754 binary32 */
+    SMM_DTYPE_F16,  /* IEEE-754 binary16, stored as uint16_t bits */
+    SMM_DTYPE_BF16  /* bfloat16 (top half of a binary32), uint16_t bits */
+} smm_dtype;
+
+/* Backends. AUTO probes the platform (and honours SMM_BACKEND). */
+typedef enum {
+    SMM_BACKEND_AUTO,
+    SMM_BACKEND_REFERENCE,  /* scalar C, the executable contract */
+    SMM_BACKEND_CPU,        /* blocked, OpenMP across all cores */
+    SMM_BACKEND_ROCM,       /* AMD GPUs through HIP */
+    SMM_BACKEND_CUDA        /* NVIDIA GPUs (the HIP sources through nvcc) */
+} smm_backend;
+
+/* Activation quantization modes (doc/numerics.md, "Quantization"). */
+typedef enum {
+    SMM_QUANT_STATIC_PER_TENSOR,  /* scale (and optional azp) are inputs */
+    SMM_QUANT_DYNAMIC_PER_TOKEN   /* scale (and azp if non-NULL) are outputs,
+                                     one per row */
+} smm_quant_mode;
+
+typedef struct smm_context smm_context;
+
+/*
+ * Optional allocator for everything a context allocates (the context itself
+ * included). alloc returns memory aligned to at least `alignment` bytes (a
+ * power of two, at most 4096) or NULL; free accepts NULL.
+ */
+typedef struct smm_allocator {
+    void *(*alloc)(size_t size, size_t alignment, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} smm_allocator;
+
+/* ------------------------------------------------------------------ */
+/* Versions and messages                                               */
+/* ------------------------------------------------------------------ */
+
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. Never NULL. */
+SMM_API const char *smm_version(void);
+
+/* Numerics contract implemented by the loaded library (SMM_CONTRACT_VERSION
+ * of the headers it was built from). */
+SMM_API int smm_contract_version(void);
+
+/* A static, human-readable name for a status; "unknown status" for values
+ * outside the enum. Never NULL. */
+SMM_API const char *smm_strerror(smm_status status);
+
+/* Static names: "i8", "i32", "f32", "f16", "bf16" / "auto", "reference",
+ * "cpu", "rocm", "cuda"; "unknown" for values outside the enums. */
+SMM_API const char *smm_dtype_name(smm_dtype dtype);
+SMM_API const char *smm_backend_name(smm_backend backend);
+
+/* Parses a backend name as printed by smm_backend_name (case-insensitive).
+ * Errors: SMM_ERR_INVALID_ARG if name or out is NULL or the name is unknown
+ * (*out untouched). */
+SMM_API smm_status smm_backend_from_name(const char *name, smm_backend *out);
+
+/* ------------------------------------------------------------------ */
+/* Platform probe                                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Whether `backend` can run on this machine. Returns 1 if it can, 0 if not
+ * (AUTO and values outside the enum: 0). If reason is non-NULL, *reason is
+ * set to a static string saying why (e.g. "no GPU backend in this build").
+ * The probe (CPUID, XGETBV, GPU runtimes) runs once per process;
+ * thread-safe.
+ */
+SMM_API int smm_backend_available(smm_backend backend, const char **reason);
+
+/* The backend AUTO resolves to: the one the environment variable
+ * SMM_BACKEND names, when it holds a valid name (creating a context then
+ * fails with SMM_ERR_NOT_AVAILABLE if that backend cannot run here), else
+ * the fastest available one (cuda, rocm, cpu, reference, in that order). */
+SMM_API smm_backend smm_backend_auto(void);
+
+/* Space-separated CPU features found by CPUID and confirmed usable by the OS
+ * through XGETBV (e.g. "sse2 ssse3 sse4.1 avx avx2 fma f16c avx512f ...");
+ * "" on non-x86 hosts. Static string, never NULL. */
+SMM_API const char *smm_cpu_features(void);
+
+/* The CPU brand string from CPUID ("" when unknown). Never NULL. */
+SMM_API const char *smm_cpu_name(void);
+
+/* ------------------------------------------------------------------ */
+/* Contexts                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Creates a context on `backend`. AUTO picks smm_backend_auto(); the
+ * environment variable SMM_BACKEND=reference|cpu|rocm|cuda overrides AUTO
+ * (and only AUTO; SMM_BACKEND=auto or unset leaves the choice to the probe).
+ * A backend named in SMM_BACKEND that cannot run here is an error, never
+ * silently replaced.
+ * Errors: SMM_ERR_INVALID_ARG (ctx NULL, backend outside the enum, or
+ * SMM_BACKEND set to an unknown name), SMM_ERR_NOT_AVAILABLE (the backend
+ * cannot run here; smm_backend_available says why), SMM_ERR_NO_MEMORY.
+ * On error *ctx is set to NULL (when ctx is non-NULL).
+ */
+SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend);
+
+/* As smm_context_create, with all of the context's allocations going
+ * through `allocator` (NULL: malloc). The allocator struct is copied.
+ * Errors: as smm_context_create, plus SMM_ERR_INVALID_ARG when the
+ * allocator has a NULL alloc or free member. */
+SMM_API smm_status smm_context_create_with_allocator(smm_context **ctx,
+                                                     smm_backend backend,
+                                                     const smm_allocator *allocator);
+
+/* Frees the context. NULL is a no-op. */
+SMM_API void smm_context_destroy(smm_context *ctx);
+
+/* The concrete backend of a context (never AUTO); AUTO for NULL. */
+SMM_API smm_backend smm_context_backend(const smm_context *ctx);
+
+/*
+ * Sets the number of threads the context's CPU work uses. 0 (the default)
+ * means omp_get_max_threads() at each call (so OMP_NUM_THREADS applies).
+ * Results never depend on it. The reference backend is single-threaded and
+ * accepts any valid value.
+ * Errors: SMM_ERR_INVALID_ARG if ctx is NULL or num_threads < 0.
+ */
+SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads);
+
+/* The value set by smm_context_set_num_threads (0 = default); -1 for NULL. */
+SMM_API int smm_context_get_num_threads(const smm_context *ctx);
+
+/* A message describing the last error returned on this context (e.g.
+ * "smm_scaled_mm: lda (3) < k (5)"); "" after a success. Valid until the
+ * next call on the context. "" for NULL. */
+SMM_API const char *smm_context_last_error(const smm_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Scaled matrix multiplication                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Arguments of smm_scaled_mm (doc/numerics.md for every formula):
+ *   a        int8 M x K, row-major, lda >= K (elements).       activations
+ *   b        int8 N x K, row-major, ldb >= K (elements).       weights
+ *            (the [out_features, in_features] checkpoint layout, i.e.
+ *            K x N column-major)
+ *   scale_a  float32, scale_a_len == 1 (per-tensor) or M (per-token)
+ *   scale_b  float32, scale_b_len == 1 (per-tensor) or N (per-channel)
+ *   bias     float32, N elements, or NULL
+ *   azp      int32 activation zero points, azp_len == 1 (per-tensor) or
+ *            M (per-token), or NULL (azp_len then ignored)
+ *   c        M x N, row-major, ldc >= N (elements), of type c_dtype:
+ *            SMM_DTYPE_F32, SMM_DTYPE_F16 or SMM_DTYPE_BF16
+ */
+typedef struct smm_scaled_mm_args {
+    int64_t m, n, k;
+    const int8_t *a;
+    int64_t lda;
+    const int8_t *b;
+    int64_t ldb;
+    const float *scale_a;
+    int64_t scale_a_len;
+    const float *scale_b;
+    int64_t scale_b_len;
+    const float *bias;
+    const int32_t *azp;
+    int64_t azp_len;
+    void *c;
+    int64_t ldc;
+    smm_dtype c_dtype;
+} smm_scaled_mm_args;
+
+/*
+ * C = epilogue(A * B^T), the w8a8 linear layer; vLLM's cutlass_scaled_mm,
+ * AITER's gemm_a8w8. Per element (doc/numerics.md, from vLLM's
+ * ScaledEpilogue / ScaledEpilogueBias / ScaledEpilogueBiasAzp[Token]):
+ *   acc  = sum_k A[m][k] * B[n][k]                (int32, wrapping)
+ *   acc' = acc - z * colsum_B[n]                  (with azp; wrapping)
+ *   t = (float)acc' * sb;  y = sa * t  |  fmaf(sa, t, bias[n])  |
+ *   fmaf(sa, t, +0.0f) (azp, no bias);  C = round_to_nearest_even(y)
+ * NaN results are written as the output type's canonical NaN.
+ * M == 0 or N == 0: success, nothing written. K == 0: acc = 0.
+ * Errors (nothing written): SMM_ERR_INVALID_ARG (ctx or args NULL, any size
+ * negative, a required pointer NULL, lda < K when M > 1, ldb < K when N > 1,
+ * ldc < N when M > 1, scale_a_len not 1 or M, scale_b_len not 1 or N,
+ * azp_len not 1 or M with azp set, c_dtype not F32/F16/BF16, a footprint
+ * whose byte count overflows), SMM_ERR_OVERLAP (C's footprint intersects
+ * A, B, scale_a, scale_b, bias or azp), SMM_ERR_NO_MEMORY,
+ * SMM_ERR_UNSUPPORTED, SMM_ERR_DEVICE.
+ */
+SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *args);
+
+/*
+ * The raw accumulators: C[m][n] = sum_k A[m][k] * B[n][k], reduced modulo
+ * 2^32 to int32 (exact, no wrap, whenever K <= 131071).
+ *   a: int8 M x K, lda >= K;  b: int8 N x K, ldb >= K;
+ *   c: int32 M x N, ldc >= N (all leading dimensions in elements).
+ * Errors (nothing written): SMM_ERR_INVALID_ARG (ctx NULL, negative size,
+ * required pointer NULL, leading dimension too small where read, byte count
+ * overflow), SMM_ERR_OVERLAP (C's footprint intersects A or B),
+ * SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED, SMM_ERR_DEVICE.
+ */
+SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int64_t k,
+                                    const int8_t *a, int64_t lda,
+                                    const int8_t *b, int64_t ldb,
+                                    int32_t *c, int64_t ldc);
+
+/* ------------------------------------------------------------------ */
+/* Activation quantization                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Arguments of smm_quantize_i8:
+ *   x      M x K of x_dtype (F32, F16 or BF16), row-major, ldx >= K
+ *   q      int8 M x K output, row-major, ldq >= K (elements)
+ *   scale  STATIC_PER_TENSOR: input, 1 float (required)
+ *          DYNAMIC_PER_TOKEN: output, M floats (required)
+ *   azp    STATIC_PER_TENSOR: optional input, 1 int32 (NULL: symmetric)
+ *          DYNAMIC_PER_TOKEN: optional output, M int32 (NULL: symmetric)
+ */
+typedef struct smm_quantize_args {
+    int64_t m, k;
+    const void *x;
+    smm_dtype x_dtype;
+    int64_t ldx;
+    int8_t *q;
+    int64_t ldq;
+    float *scale;
+    int32_t *azp;
+    smm_quant_mode mode;
+} smm_quantize_args;
+
+/*
+ * Quantizes activations to int8 (formulas of vLLM's
+ * csrc/quantization/w8a8/int8/scaled_quant.cu; doc/numerics.md):
+ *   static symmetric:   q = rne_sat_i8(x / s)
+ *   static asymmetric:  q = sat_i8(rne_sat_i32(x * fl(1/s)) + z)
+ *   dynamic symmetric:  s[m] = amax/127, q = rne_sat_i8(x * (127/amax))
+ *   dynamic asymmetric: s[m] = (max-min)/255, z[m] = rne(-128 - min/s),
+ *                       q as static asymmetric (degenerate rows fall back to
+ *                       symmetric with z[m] = 0)
+ * M == 0: success, nothing written. K == 0 (dynamic): scale[m] = 0 and
+ * azp[m] = 0 are written for every row.
+ * Errors (nothing written): SMM_ERR_INVALID_ARG (ctx or args NULL, negative
+ * size, required pointer NULL, ldx < K or ldq < K when M > 1, unknown
+ * x_dtype or mode, byte count overflow), SMM_ERR_OVERLAP (an output's
+ * footprint intersects an input or another output), SMM_ERR_NO_MEMORY,
+ * SMM_ERR_UNSUPPORTED, SMM_ERR_DEVICE.
+ */
+SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *args);
+
+/* ------------------------------------------------------------------ */
+/* Scalar conversions used by the contract (exported for tools/tests)  */
+/* ------------------------------------------------------------------ */
+
+/* binary32 -> binary16 / bfloat16 bits, round to nearest even, subnormals
+ * kept, overflow to +-Inf, any NaN -> canonical 0x7FFF. */
+SMM_API uint16_t smm_f32_to_f16(float x);
+SMM_API uint16_t smm_f32_to_bf16(float x);
+/* Exact widening of binary16 / bfloat16 bits to binary32. */
+SMM_API float smm_f16_to_f32(uint16_t h);
+SMM_API float smm_bf16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SCALEDMM_H */

@@ -1,0 +1,137 @@
+/*
+ * api.c - the public entry points: check the arguments, enter the contract's
+ * floating-point environment, hand the problem to the context's backend.
+ */
+#include "config.h"
+#include "internal.h"
+
+#include <strings.h>
+
+SMM_API const char *smm_version(void)
+{
+#define SMM_STR2(x) #x
+#define SMM_STR(x) SMM_STR2(x)
+    return SMM_STR(SMM_VERSION_MAJOR) "." SMM_STR(SMM_VERSION_MINOR) "." SMM_STR(SMM_VERSION_PATCH);
+}
+
+SMM_API int smm_contract_version(void)
+{
+    return SMM_CONTRACT_VERSION;
+}
+
+SMM_API const char *smm_strerror(smm_status status)
+{
+    switch (status) {
+    case SMM_OK: return "success";
+    case SMM_ERR_INVALID_ARG: return "invalid argument";
+    case SMM_ERR_UNSUPPORTED: return "unsupported by this backend";
+    case SMM_ERR_NO_MEMORY: return "out of memory";
+    case SMM_ERR_OVERLAP: return "output overlaps an input";
+    case SMM_ERR_DEVICE: return "device error";
+    case SMM_ERR_NOT_AVAILABLE: return "backend not available";
+    }
+    return "unknown status";
+}
+
+SMM_API const char *smm_dtype_name(smm_dtype dtype)
+{
+    switch (dtype) {
+    case SMM_DTYPE_I8: return "i8";
+    case SMM_DTYPE_I32: return "i32";
+    case SMM_DTYPE_F32: return "f32";
+    case SMM_DTYPE_F16: return "f16";
+    case SMM_DTYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+static const char *const backend_names[] = {"auto", "reference", "cpu", "rocm", "cuda"};
+
+SMM_API const char *smm_backend_name(smm_backend backend)
+{
+    if ((int)backend < 0 || (int)backend > SMM_BACKEND_CUDA)
+        return "unknown";
+    return backend_names[backend];
+}
+
+SMM_API smm_status smm_backend_from_name(const char *name, smm_backend *out)
+{
+    if (!name || !out)
+        return SMM_ERR_INVALID_ARG;
+    for (int b = SMM_BACKEND_AUTO; b <= SMM_BACKEND_CUDA; b++) {
+        if (strcasecmp(name, backend_names[b]) == 0) {
+            *out = (smm_backend)b;
+            return SMM_OK;
+        }
+    }
+    return SMM_ERR_INVALID_ARG;
+}
+
+/* Runs a checked problem on the backend inside the contract's FP environment. */
+static smm_status run_mm(smm_context *ctx, const smm_mm_problem *p)
+{
+    if (!ctx->ops->mm)
+        return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "the %s backend has no matrix multiplication",
+                             ctx->ops->name);
+    smm_fpenv env;
+    smm_fpenv_enter(&env);
+    smm_status st = ctx->ops->mm(ctx, p);
+    smm_fpenv_leave(&env);
+    if (st != SMM_OK && ctx->last_error[0] == '\0')
+        smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
+    return st;
+}
+
+SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *args)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    smm_status st = smm_check_mm(ctx, args, 0);
+    if (st != SMM_OK || args->m == 0 || args->n == 0)
+        return st;
+    smm_mm_problem p = *args;
+    if (!p.azp)
+        p.azp_len = 0;
+    return run_mm(ctx, &p);
+}
+
+SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int64_t k,
+                                    const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb,
+                                    int32_t *c, int64_t ldc)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    smm_mm_problem p = {
+        .m = m, .n = n, .k = k,
+        .a = a, .lda = lda,
+        .b = b, .ldb = ldb,
+        .c = c, .ldc = ldc,
+        .c_dtype = SMM_DTYPE_I32,
+    };
+    smm_status st = smm_check_mm(ctx, &p, 1);
+    if (st != SMM_OK || m == 0 || n == 0)
+        return st;
+    return run_mm(ctx, &p);
+}
+
+SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *args)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    smm_status st = smm_check_quantize(ctx, args);
+    if (st != SMM_OK || args->m == 0)
+        return st;
+    if (!ctx->ops->quantize)
+        return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "the %s backend has no quantizer",
+                             ctx->ops->name);
+    smm_fpenv env;
+    smm_fpenv_enter(&env);
+    st = ctx->ops->quantize(ctx, args);
+    smm_fpenv_leave(&env);
+    if (st != SMM_OK && ctx->last_error[0] == '\0')
+        smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
+    return st;
+}

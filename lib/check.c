@@ -1,0 +1,190 @@
+/*
+ * check.c - argument checks of the public entry points.
+ *
+ * Run before any backend sees a problem, so that every backend gets the same
+ * answer for bad input and nothing is ever written on error. The rules are
+ * those of doc/numerics.md ("Operands and layout"):
+ *   - sizes >= 0; M == 0 or N == 0 is a no-op (checked no further);
+ *   - a leading dimension is checked only where it is read (rows > 1);
+ *   - a pointer is required when its operand has at least one element;
+ *   - footprints ((rows - 1) * ld + cols) * element_size must not overflow;
+ *   - no output footprint may intersect an input's or another output's.
+ */
+#include "config.h"
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+
+/* A byte range [lo, hi); empty when lo == hi. */
+typedef struct {
+    const char *name;
+    uintptr_t lo, hi;
+} range;
+
+/* Footprint of a rows x cols matrix with leading dimension ld (elements).
+ * Returns 0 on overflow of the byte count or of the address range. */
+static int footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int64_t esize,
+                     const char *name, range *out)
+{
+    out->name = name;
+    out->lo = out->hi = (uintptr_t)p;
+    if (rows == 0 || cols == 0)
+        return 1;
+    int64_t elems, bytes;
+    if (rows == 1) {
+        elems = cols;
+    } else if (__builtin_mul_overflow(rows - 1, ld, &elems) ||
+               __builtin_add_overflow(elems, cols, &elems)) {
+        return 0;
+    }
+    if (__builtin_mul_overflow(elems, esize, &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return 0;
+    uintptr_t hi;
+    if (__builtin_add_overflow((uintptr_t)p, (uintptr_t)bytes, &hi))
+        return 0;
+    out->hi = hi;
+    return 1;
+}
+
+static int intersects(const range *x, const range *y)
+{
+    if (x->lo == x->hi || y->lo == y->hi)
+        return 0;
+    return x->lo < y->hi && y->lo < x->hi;
+}
+
+static int dtype_size(smm_dtype t)
+{
+    switch (t) {
+    case SMM_DTYPE_I8: return 1;
+    case SMM_DTYPE_F16:
+    case SMM_DTYPE_BF16: return 2;
+    case SMM_DTYPE_I32:
+    case SMM_DTYPE_F32: return 4;
+    }
+    return 0;
+}
+
+#define FAIL(st, ...) return smm_set_error(ctx, (st), __VA_ARGS__)
+
+smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
+{
+    const char *who = raw ? "smm_gemm_s8s8s32" : "smm_scaled_mm";
+    if (!p)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
+    if (p->m < 0 || p->n < 0 || p->k < 0)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: negative size (m %" PRId64 ", n %" PRId64 ", k %" PRId64 ")",
+             who, p->m, p->n, p->k);
+    if (!raw && p->c_dtype != SMM_DTYPE_F32 && p->c_dtype != SMM_DTYPE_F16 &&
+        p->c_dtype != SMM_DTYPE_BF16)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c_dtype (%d, %s) is not f32, f16 or bf16", who,
+             (int)p->c_dtype, smm_dtype_name(p->c_dtype));
+    if (p->m == 0 || p->n == 0)
+        return SMM_OK;
+
+    const int64_t m = p->m, n = p->n, k = p->k;
+    if (k > 0 && !p->a)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: a is NULL", who);
+    if (k > 0 && !p->b)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: b is NULL", who);
+    if (!p->c)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c is NULL", who);
+    if (m > 1 && p->lda < k)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: lda (%" PRId64 ") < k (%" PRId64 ")", who, p->lda, k);
+    if (n > 1 && p->ldb < k)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldb (%" PRId64 ") < k (%" PRId64 ")", who, p->ldb, k);
+    if (m > 1 && p->ldc < n)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldc (%" PRId64 ") < n (%" PRId64 ")", who, p->ldc, n);
+    if (!raw) {
+        if (!p->scale_a)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a is NULL", who);
+        if (!p->scale_b)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: scale_b is NULL", who);
+        if (p->scale_a_len != 1 && p->scale_a_len != m)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a_len (%" PRId64 ") is neither 1 nor m (%" PRId64 ")",
+                 who, p->scale_a_len, m);
+        if (p->scale_b_len != 1 && p->scale_b_len != n)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: scale_b_len (%" PRId64 ") is neither 1 nor n (%" PRId64 ")",
+                 who, p->scale_b_len, n);
+        if (p->azp && p->azp_len != 1 && p->azp_len != m)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: azp_len (%" PRId64 ") is neither 1 nor m (%" PRId64 ")",
+                 who, p->azp_len, m);
+    }
+
+    range in[6], c;
+    int nin = 0;
+    int ok = footprint(p->a, m, k, p->lda, 1, "a", &in[nin++]) &&
+             footprint(p->b, n, k, p->ldb, 1, "b", &in[nin++]);
+    if (ok && !raw) {
+        ok = footprint(p->scale_a, 1, p->scale_a_len, 0, 4, "scale_a", &in[nin++]) &&
+             footprint(p->scale_b, 1, p->scale_b_len, 0, 4, "scale_b", &in[nin++]) &&
+             footprint(p->bias, 1, p->bias ? n : 0, 0, 4, "bias", &in[nin++]) &&
+             footprint(p->azp, 1, p->azp ? p->azp_len : 0, 0, 4, "azp", &in[nin++]);
+    }
+    if (!ok)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of %s overflows", who, in[nin - 1].name);
+    if (!footprint(p->c, m, n, p->ldc, raw ? 4 : dtype_size(p->c_dtype), "c", &c))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of c overflows", who);
+    for (int i = 0; i < nin; i++)
+        if (intersects(&c, &in[i]))
+            FAIL(SMM_ERR_OVERLAP, "%s: c overlaps %s", who, in[i].name);
+    return SMM_OK;
+}
+
+smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q)
+{
+    const char *who = "smm_quantize_i8";
+    if (!q)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
+    if (q->m < 0 || q->k < 0)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: negative size (m %" PRId64 ", k %" PRId64 ")", who, q->m, q->k);
+    if (q->x_dtype != SMM_DTYPE_F32 && q->x_dtype != SMM_DTYPE_F16 && q->x_dtype != SMM_DTYPE_BF16)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: x_dtype (%d, %s) is not f32, f16 or bf16", who,
+             (int)q->x_dtype, smm_dtype_name(q->x_dtype));
+    if (q->mode != SMM_QUANT_STATIC_PER_TENSOR && q->mode != SMM_QUANT_DYNAMIC_PER_TOKEN)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: unknown mode (%d)", who, (int)q->mode);
+    if (q->m == 0)
+        return SMM_OK;
+
+    const int64_t m = q->m, k = q->k;
+    const int dynamic = q->mode == SMM_QUANT_DYNAMIC_PER_TOKEN;
+    if (k > 0 && !q->x)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: x is NULL", who);
+    if (k > 0 && !q->q)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: q is NULL", who);
+    if (!q->scale)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale is NULL", who);
+    if (m > 1 && q->ldx < k)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldx (%" PRId64 ") < k (%" PRId64 ")", who, q->ldx, k);
+    if (m > 1 && q->ldq < k)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldq (%" PRId64 ") < k (%" PRId64 ")", who, q->ldq, k);
+
+    range x, out[3], in_scale, in_azp;
+    int64_t per = dynamic ? m : 1;
+    if (!footprint(q->x, m, k, q->ldx, dtype_size(q->x_dtype), "x", &x))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of x overflows", who);
+    if (!footprint(q->q, m, k, q->ldq, 1, "q", &out[0]))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of q overflows", who);
+    if (!footprint(q->scale, 1, per, 0, 4, "scale", dynamic ? &out[1] : &in_scale) ||
+        !footprint(q->azp, 1, q->azp ? per : 0, 0, 4, "azp", dynamic ? &out[2] : &in_azp))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of scale or azp overflows", who);
+
+    if (dynamic) {
+        /* Outputs q, scale, azp; the one input x. */
+        for (int i = 0; i < 3; i++) {
+            if (intersects(&out[i], &x))
+                FAIL(SMM_ERR_OVERLAP, "%s: %s overlaps x", who, out[i].name);
+            for (int j = i + 1; j < 3; j++)
+                if (intersects(&out[i], &out[j]))
+                    FAIL(SMM_ERR_OVERLAP, "%s: %s overlaps %s", who, out[i].name, out[j].name);
+        }
+    } else {
+        /* The one output q; inputs x, scale, azp. */
+        const range *ins[3] = {&x, &in_scale, &in_azp};
+        for (int i = 0; i < 3; i++)
+            if (intersects(&out[0], ins[i]))
+                FAIL(SMM_ERR_OVERLAP, "%s: q overlaps %s", who, ins[i]->name);
+    }
+    return SMM_OK;
+}

@@ -1,0 +1,154 @@
+/*
+ * context.c - contexts: backend choice, thread count, allocator, last error.
+ */
+#include "config.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static void *default_alloc(size_t size, size_t alignment, void *user)
+{
+    (void)user;
+    void *p = NULL;
+    if (alignment < sizeof(void *))
+        alignment = sizeof(void *);
+    if (posix_memalign(&p, alignment, size ? size : 1) != 0)
+        return NULL;
+    return p;
+}
+
+static void default_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+static const smm_allocator default_allocator = {default_alloc, default_free, NULL};
+
+void *smm_alloc(smm_context *ctx, size_t size, size_t alignment)
+{
+    return ctx->alloc.alloc(size ? size : 1, alignment ? alignment : 64, ctx->alloc.user);
+}
+
+void smm_free(smm_context *ctx, void *p)
+{
+    if (p)
+        ctx->alloc.free(p, ctx->alloc.user);
+}
+
+int smm_threads(const smm_context *ctx)
+{
+    if (ctx->num_threads > 0)
+        return ctx->num_threads;
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+    return n > 0 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
+smm_status smm_set_error(smm_context *ctx, smm_status status, const char *fmt, ...)
+{
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+SMM_API smm_status smm_context_create_with_allocator(smm_context **out, smm_backend backend,
+                                                     const smm_allocator *allocator)
+{
+    if (!out)
+        return SMM_ERR_INVALID_ARG;
+    *out = NULL;
+    if (allocator && (!allocator->alloc || !allocator->free))
+        return SMM_ERR_INVALID_ARG;
+    if ((int)backend < SMM_BACKEND_AUTO || (int)backend > SMM_BACKEND_CUDA)
+        return SMM_ERR_INVALID_ARG;
+
+    if (backend == SMM_BACKEND_AUTO) {
+        const char *env = getenv("SMM_BACKEND");
+        if (env && *env) {
+            /* An explicit request in the environment is honoured or refused,
+             * never silently replaced. */
+            if (smm_backend_from_name(env, &backend) != SMM_OK)
+                return SMM_ERR_INVALID_ARG;
+        }
+        if (backend == SMM_BACKEND_AUTO)  /* unset, or SMM_BACKEND=auto */
+            backend = smm_backend_auto();
+    }
+    if (!smm_backend_available(backend, NULL))
+        return SMM_ERR_NOT_AVAILABLE;
+    const smm_backend_ops *ops = smm_backend_ops_get(backend);
+    if (!ops)
+        return SMM_ERR_NOT_AVAILABLE;
+
+    const smm_allocator *al = allocator ? allocator : &default_allocator;
+    smm_context *ctx = al->alloc(sizeof *ctx, 64, al->user);
+    if (!ctx)
+        return SMM_ERR_NO_MEMORY;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->backend = backend;
+    ctx->ops = ops;
+    ctx->alloc = *al;
+    if (ops->init) {
+        smm_status st = ops->init(ctx);
+        if (st != SMM_OK) {
+            al->free(ctx, al->user);
+            return st;
+        }
+    }
+    *out = ctx;
+    return SMM_OK;
+}
+
+SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend)
+{
+    return smm_context_create_with_allocator(ctx, backend, NULL);
+}
+
+SMM_API void smm_context_destroy(smm_context *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->ops && ctx->ops->fini)
+        ctx->ops->fini(ctx);
+    smm_allocator al = ctx->alloc;
+    al.free(ctx, al.user);
+}
+
+SMM_API smm_backend smm_context_backend(const smm_context *ctx)
+{
+    return ctx ? ctx->backend : SMM_BACKEND_AUTO;
+}
+
+SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    if (num_threads < 0)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_context_set_num_threads: num_threads (%d) < 0", num_threads);
+    ctx->num_threads = num_threads;
+    ctx->last_error[0] = '\0';
+    return SMM_OK;
+}
+
+SMM_API int smm_context_get_num_threads(const smm_context *ctx)
+{
+    return ctx ? ctx->num_threads : -1;
+}
+
+SMM_API const char *smm_context_last_error(const smm_context *ctx)
+{
+    return ctx ? ctx->last_error : "";
+}

@@ -1,0 +1,96 @@
+/*
+ * internal.h - what the framework (lib/) and the backends share.
+ *
+ * A backend is a table of operations (smm_backend_ops). The framework checks
+ * every argument before a backend sees it, so a backend may assume:
+ *   - sizes are >= 0 and m > 0, n > 0 (for mm), m > 0 (for quantize);
+ *   - required pointers are non-NULL, lengths are 1 or the full dimension,
+ *     leading dimensions are large enough where read, no output overlaps;
+ *   - the floating-point environment is already the contract's on the
+ *     calling thread (round to nearest even, no FTZ/DAZ); OpenMP worker
+ *     threads must enter it themselves (smm_fpenv_enter / smm_fpenv_leave).
+ * A backend must not write any output before it knows it will succeed
+ * (allocate first, then compute).
+ */
+#ifndef SMM_INTERNAL_H
+#define SMM_INTERNAL_H
+
+#include "scaledmm.h"
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SMM_INTERNAL __attribute__((visibility("hidden")))
+
+/* One matrix multiplication. c_dtype == SMM_DTYPE_I32 means the raw
+ * accumulators of smm_gemm_s8s8s32 (scale_a, scale_b, bias, azp all NULL);
+ * otherwise the scaled epilogue of smm_scaled_mm. */
+typedef smm_scaled_mm_args smm_mm_problem;
+
+typedef struct smm_backend_ops {
+    smm_backend id;
+    const char *name;
+    /* Can this backend run on this machine? Called once per process. Sets
+     * *reason to a static string either way. */
+    int (*probe)(const char **reason);
+    /* Optional: per-context setup/teardown (ctx->backend_data). */
+    smm_status (*init)(smm_context *ctx);
+    void (*fini)(smm_context *ctx);
+    smm_status (*mm)(smm_context *ctx, const smm_mm_problem *p);
+    smm_status (*quantize)(smm_context *ctx, const smm_quantize_args *q);
+} smm_backend_ops;
+
+struct smm_context {
+    smm_backend backend;
+    const smm_backend_ops *ops;
+    int num_threads;          /* 0: omp_get_max_threads() */
+    smm_allocator alloc;
+    void *backend_data;
+    char last_error[256];
+};
+
+/* Backends (each defined in its own file). */
+extern const smm_backend_ops smm_reference_ops SMM_INTERNAL;  /* lib/reference.c */
+extern const smm_backend_ops smm_cpu_ops SMM_INTERNAL;        /* lib/cpu/cpu_backend.c */
+
+/* Memory through the context's allocator. size 0 returns a valid pointer. */
+void *smm_alloc(smm_context *ctx, size_t size, size_t alignment) SMM_INTERNAL;
+void smm_free(smm_context *ctx, void *p) SMM_INTERNAL;
+
+/* Threads a CPU backend should use for this call (>= 1). */
+int smm_threads(const smm_context *ctx) SMM_INTERNAL;
+
+/* Records a printf-style message as ctx->last_error; returns status. */
+smm_status smm_set_error(smm_context *ctx, smm_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4))) SMM_INTERNAL;
+
+/* Floating-point environment of the contract (round to nearest even, no
+ * flush-to-zero, no denormals-are-zero, exceptions masked) for the calling
+ * thread; leave restores what enter saved. */
+typedef struct { unsigned int saved; int fe_round; } smm_fpenv;
+void smm_fpenv_enter(smm_fpenv *env) SMM_INTERNAL;
+void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
+
+/* Argument checks (lib/check.c). Return SMM_OK or the error, with a message
+ * set on ctx. raw != 0 checks an smm_gemm_s8s8s32 problem (c_dtype I32, no
+ * scales), raw == 0 an smm_scaled_mm one. */
+smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw) SMM_INTERNAL;
+smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
+
+/* CPU features (lib/probe.c), probed once. */
+typedef struct smm_cpu_info {
+    int x86;
+    int sse2, ssse3, sse41, sse42, avx, avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512_vnni, avx512_bf16, avx_vnni;
+    int os_ymm, os_zmm;      /* XGETBV: OS saves YMM / opmask+ZMM state */
+    char vendor[13];
+    char brand[49];
+    char features[256];      /* space-separated, usable features only */
+} smm_cpu_info;
+const smm_cpu_info *smm_cpu_info_get(void) SMM_INTERNAL;
+
+/* The registry (lib/dispatch.c): the ops of a concrete backend, or NULL when
+ * the backend is not compiled in. */
+const smm_backend_ops *smm_backend_ops_get(smm_backend b) SMM_INTERNAL;
+
+#endif

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# setup.sh - everything a fresh Debian 12 machine needs to build scaledmm:
+# installs the build dependencies from Debian, generates the build system,
+# configures into ./build and builds. Safe to run again.
+#
+#   ./setup.sh && build/tools/scaledmm bench     # the main job
+#   ./setup.sh && make -C build check            # the test suite
+#
+# Environment: SMM_SKIP_DEPS=1 skips the package installation;
+# BUILD_DIR (default: build) and CONFIGURE_FLAGS are passed through.
+set -eu
+cd "$(dirname "$0")"
+top=$(pwd)
+
+PACKAGES="build-essential autoconf automake libtool autoconf-archive pkg-config
+check libsubunit-dev libopenblas-dev libjansson-dev"
+
+if [ "${SMM_SKIP_DEPS:-0}" != 1 ]; then
+    missing=""
+    for p in $PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        echo "setup.sh: installing:$missing" >&2
+        SUDO=""
+        [ "$(id -u)" = 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >&2
+    fi
+fi
+
+if [ ! -x configure ] || [ configure.ac -nt configure ]; then autoreconf -fi; fi
+BUILD_DIR=${BUILD_DIR:-build}
+mkdir -p "$BUILD_DIR"
+cd "$BUILD_DIR"
+# shellcheck disable=SC2086
+[ -f Makefile ] || "$top/configure" ${CONFIGURE_FLAGS:-}
+make -j"$(nproc)" >&2
