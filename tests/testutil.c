@@ -1,0 +1,116 @@
+/*
+ * testutil.c - helpers shared by the Check suites (see testutil.h).
+ */
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t tu_seed;
+
+cf_rng tu_rng(const char *test_name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;            /* FNV-1a of the name */
+    for (const char *p = test_name; p && *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    cf_rng r;
+    cf_rng_seed(&r, tu_seed ^ h);
+    return r;
+}
+
+int tu_main(Suite *s, const char *name)
+{
+    tu_seed = cf_seed();
+    printf("%s: seed: 0x%016" PRIx64 " (replay with SMM_TEST_SEED=0x%016" PRIx64 ")\n",
+           name, tu_seed, tu_seed);
+    for (int b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CUDA; b++) {
+        const char *why = "";
+        int ok = smm_backend_available((smm_backend)b, &why);
+        printf("%s: backend %s: %s%s%s\n", name, smm_backend_name((smm_backend)b),
+               ok ? "available" : "not available", why && *why ? ": " : "", why ? why : "");
+    }
+    fflush(stdout);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (failed)
+        printf("%s: %d test(s) failed; replay with SMM_TEST_SEED=0x%016" PRIx64 "\n",
+               name, failed, tu_seed);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+TCase *tu_tcase(Suite *s, const char *name, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int tu_backends(smm_backend out[4])
+{
+    int n = 0;
+    for (int b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CUDA; b++)
+        if (smm_backend_available((smm_backend)b, NULL))
+            out[n++] = (smm_backend)b;
+    return n;
+}
+
+smm_context *tu_ctx(smm_backend backend, int threads)
+{
+    smm_context *ctx = NULL;
+    smm_status st = smm_context_create(&ctx, backend);
+    ck_assert_msg(st == SMM_OK && ctx != NULL, "smm_context_create(%s): %s",
+                  smm_backend_name(backend), smm_strerror(st));
+    st = smm_context_set_num_threads(ctx, threads);
+    ck_assert_msg(st == SMM_OK, "smm_context_set_num_threads(%d): %s", threads,
+                  smm_strerror(st));
+    return ctx;
+}
+
+void tu_buf_alloc(tu_buf *b, size_t size, size_t offset, unsigned char poison)
+{
+    b->guard = 64 + offset;
+    b->size = size;
+    b->mem = malloc(size + b->guard + 64);
+    ck_assert_ptr_nonnull(b->mem);
+    b->p = b->mem + b->guard;
+    tu_buf_poison(b, poison);
+}
+
+void tu_buf_poison(tu_buf *b, unsigned char poison)
+{
+    b->poison = poison;
+    memset(b->mem, poison, b->size + b->guard + 64);
+}
+
+int tu_buf_untouched(const tu_buf *b)
+{
+    for (size_t i = 0; i < b->size + b->guard + 64; i++)
+        if (b->mem[i] != b->poison)
+            return 0;
+    return 1;
+}
+
+void tu_buf_free(tu_buf *b)
+{
+    free(b->mem);
+    memset(b, 0, sizeof *b);
+}
+
+uint32_t tu_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float tu_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}

@@ -1,0 +1,65 @@
+/*
+ * testutil.h - helpers shared by the Check suites in tests/.
+ *
+ * Every suite calls tu_main(): it picks the seed (SMM_TEST_SEED or a fresh
+ * one), prints it so that any failure can be replayed, and runs the suite.
+ * Tests draw their random inputs from tu_rng(), seeded from the suite seed
+ * and the test's name, so one test replays the same inputs whether it runs
+ * alone (CK_RUN_CASE) or with the others.
+ */
+#ifndef SMM_TESTUTIL_H
+#define SMM_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conformance.h"
+#include "scaledmm.h"
+
+/* The suite's seed (set by tu_main before any test runs). */
+extern uint64_t tu_seed;
+
+/* A generator for the named test, derived from tu_seed and the name. */
+cf_rng tu_rng(const char *test_name);
+
+/* Prints the seed, runs the suite (every test case in it), prints a
+ * summary; returns the exit status for main (0 = all passed). */
+int tu_main(Suite *s, const char *name);
+
+/* Adds a test case named `name` with a timeout of `timeout_s` seconds
+ * (tests run under sanitizers in CI: keep these generous). */
+TCase *tu_tcase(Suite *s, const char *name, double timeout_s);
+
+/* Backends that can run here: REFERENCE, CPU, and any GPU backend. */
+int tu_backends(smm_backend out[4]);
+
+/* A context on `backend` with `threads` threads (0 = default); aborts the
+ * test if it cannot be created. */
+smm_context *tu_ctx(smm_backend backend, int threads);
+
+/* A buffer of `size` bytes with `guard` poisoned bytes either side. */
+typedef struct tu_buf {
+    unsigned char *mem;   /* whole allocation */
+    unsigned char *p;     /* the usable bytes */
+    size_t size, guard;
+    unsigned char poison;
+} tu_buf;
+void tu_buf_alloc(tu_buf *b, size_t size, size_t offset, unsigned char poison);
+void tu_buf_poison(tu_buf *b, unsigned char poison);
+/* 1 when every byte (usable and guard) still holds the poison. */
+int tu_buf_untouched(const tu_buf *b);
+void tu_buf_free(tu_buf *b);
+
+/* Bits of a float and back. */
+uint32_t tu_f2u(float f);
+float tu_u2f(uint32_t u);
+
+/* Marks a failing case message with the backend and thread count. */
+#define TU_FAIL_CASE(backend, threads, desc, msg)                                    \
+    ck_abort_msg("backend %s, %d threads: %s\n    case: %s\n    (replay with "       \
+                 "SMM_TEST_SEED=0x%016llx)",                                          \
+                 smm_backend_name(backend), (threads), (msg), (desc),                 \
+                 (unsigned long long)tu_seed)
+
+#endif
