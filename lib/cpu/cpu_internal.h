@@ -1,0 +1,205 @@
+/*
+ * cpu_internal.h - what the CPU backend's files (lib/cpu/) share.
+ *
+ * The backend is BLIS-shaped: a portable driver (gemm.c: cache blocking,
+ * packing, threading, fused epilogue) calls small kernels through a table
+ * (smm_cpu_kernels) chosen once per context (cpu_backend.c). Each ISA level
+ * is one table; a level a CPU lacks is never selected. Every table computes
+ * the same bits: integer sums are exact modulo 2^32 and the epilogue is
+ * evaluated per element in the contract's order (doc/numerics.md).
+ */
+#ifndef SMM_CPU_INTERNAL_H
+#define SMM_CPU_INTERNAL_H
+
+#include "internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Kernel bodies are written once as always-inline functions and
+ * instantiated per ISA level by thin wrappers carrying a target attribute. */
+#define SMM_ALWAYS_INLINE static inline __attribute__((always_inline))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define SMM_HAVE_AVX2_BUILD 1
+#define SMM_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+/* Register block of the microkernels: MR rows of A by NR rows of B. */
+#define SMM_CPU_MR 3
+#define SMM_CPU_NR 4
+/* Packed K panels are padded with zeros to a multiple of this. */
+#define SMM_CPU_KPAD 16
+
+/*
+ * Microkernel over packed operands (int8 values widened to int16):
+ *   for i < mr (the table index, 1..SMM_CPU_MR), j < SMM_CPU_NR:
+ *     acc[i * ldacc + j] += sum_{k < kc} a[i * lda + k] * b[j * ldb + k]
+ * The sum over kc is taken in int32 (exact for kc <= 131071) and added to
+ * acc modulo 2^32. kc is a multiple of SMM_CPU_KPAD.
+ */
+typedef void (*smm_cpu_ukr_packed_fn)(int64_t kc, const int16_t *a, int64_t lda,
+                                      const int16_t *b, int64_t ldb,
+                                      uint32_t *acc, int64_t ldacc);
+
+/*
+ * Microkernel with B read in place (int8 rows of the caller's matrix):
+ *   acc[i * ldacc + j] += sum_{k < kc} a[i * lda + k] * brow[j][k]
+ * for i < mr, j < SMM_CPU_NR; kc is any value <= 131071.
+ */
+typedef void (*smm_cpu_ukr_direct_fn)(int64_t kc, const int16_t *a, int64_t lda,
+                                      const int8_t *const *brow,
+                                      uint32_t *acc, int64_t ldacc);
+
+/* Widens rows x cols int8 (leading dimension lds) to int16 rows of ldd
+ * elements, zero-filling columns cols..ldd-1. */
+typedef void (*smm_cpu_pack_fn)(int64_t rows, int64_t cols, const int8_t *src, int64_t lds,
+                                int16_t *dst, int64_t ldd);
+
+/* Everything the epilogue of one output row needs (doc/numerics.md). */
+typedef struct smm_cpu_epilogue {
+    const float *scale_a;   /* per-tensor (scale_a_len == 1) or per-token */
+    int64_t scale_a_len;
+    const float *scale_b;   /* per-tensor (scale_b_len == 1) or per-channel */
+    int64_t scale_b_len;
+    const float *bias;      /* NULL or N floats */
+    const int32_t *azp;     /* NULL, 1 or M int32 */
+    int64_t azp_len;
+    void *c;
+    int64_t ldc;
+    smm_dtype c_dtype;      /* I32 (raw), F32, F16 or BF16 */
+} smm_cpu_epilogue;
+
+/*
+ * Writes C[m][j0 + j] for j < n from the accumulators acc[j] (and, when azp
+ * is set, colsum[j] = column sums of B over K for columns j0 + j, mod 2^32).
+ */
+typedef void (*smm_cpu_epilogue_fn)(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
+                                    const uint32_t *acc, const uint32_t *colsum);
+
+/* Quantizes rows r0 .. r1-1 of a validated smm_quantize_i8 problem
+ * (quantize.c). */
+typedef void (*smm_cpu_quantize_fn)(const smm_quantize_args *q, int64_t r0, int64_t r1);
+
+/* One ISA level's kernels. Index 0 of the microkernel arrays is unused. */
+typedef struct smm_cpu_kernels {
+    const char *name;   /* "c", "avx2", ... */
+    smm_cpu_ukr_packed_fn ukr_packed[SMM_CPU_MR + 1];
+    smm_cpu_ukr_direct_fn ukr_direct[SMM_CPU_MR + 1];
+    smm_cpu_pack_fn pack;
+    smm_cpu_epilogue_fn epilogue;
+    smm_cpu_quantize_fn quantize_rows;
+} smm_cpu_kernels;
+
+/* Kernel tables (gemm.c). smm_cpu_kernels_avx2 is NULL when the compiler
+ * cannot build AVX2 code; it may only be used when the CPU and the OS
+ * support AVX2 and FMA. */
+extern const smm_cpu_kernels smm_cpu_kernels_c SMM_INTERNAL;
+extern const smm_cpu_kernels *const smm_cpu_kernels_avx2 SMM_INTERNAL;
+
+/* The quantizer's row functions of each level (quantize.c). */
+void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
+#ifdef SMM_HAVE_AVX2_BUILD
+void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
+#endif
+
+/* Per-context state (ctx->backend_data). */
+typedef struct smm_cpu_state {
+    const smm_cpu_kernels *k;
+} smm_cpu_state;
+
+/* The backend's two operations (gemm.c, quantize.c); arguments already
+ * validated by the framework (lib/internal.h). */
+smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
+smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
+
+/* ------------------------------------------------------------------ */
+/* Scalar conversions of the contract, written as integer bit          */
+/* manipulation so that they are independent of the floating-point    */
+/* environment (and of lib/convert.c, which they are tested against).  */
+/* ------------------------------------------------------------------ */
+
+static inline uint32_t smm_cpu_f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float smm_cpu_bits_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* binary32 -> bfloat16, round to nearest even, any NaN -> 0x7FFF. */
+static inline uint16_t smm_cpu_to_bf16(float x)
+{
+    uint32_t u = smm_cpu_f32_bits(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return 0x7FFF;
+    /* Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry
+     * out of the mantissa bumps the exponent, up to Inf. */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* binary32 -> binary16, round to nearest even, subnormals kept, |x| >= 65520
+ * -> Inf, any NaN -> 0x7FFF. Branch-free (every case is computed and the
+ * right one selected) so that output loops vectorize. */
+static inline uint16_t smm_cpu_to_f16(float x)
+{
+    uint32_t u = smm_cpu_f32_bits(x);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+
+    /* Normal binary16 (|x| >= 2^-14): rebias the exponent by 127 - 15 and
+     * round off 13 bits; a carry may reach the exponent (up to Inf). */
+    uint32_t rn = a - 0x38000000u;
+    rn = (rn + 0x0FFFu + ((rn >> 13) & 1u)) >> 13;
+
+    /* Subnormal binary16 (2^-25 <= |x| < 2^-14): units of 2^-24, value =
+     * m * 2^(e - 150), so shift the 24-bit significand right by 126 - e
+     * (14 .. 24), ties to even. The shift is clamped only to stay defined
+     * in the lanes whose result is not selected. */
+    uint32_t e = a >> 23;
+    uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    uint32_t sh = 126u - e;
+    sh = sh > 31u ? 31u : sh;
+    sh |= (uint32_t)(sh == 0);
+    /* Adding half - 1 plus the lowest kept bit rounds half to even; 0x400
+     * is the smallest normal. */
+    uint32_t rs = (m + ((1u << (sh - 1u)) - 1u) + ((m >> sh) & 1u)) >> sh;
+
+    /* Selections as masks (all ones / zero). */
+    uint32_t is_normal = 0u - (uint32_t)(a >= 0x38800000u);
+    uint32_t is_zero = 0u - (uint32_t)(a < 0x33000000u);    /* below 2^-25: 0 */
+    uint32_t is_inf = 0u - (uint32_t)(a >= 0x477FF000u);    /* 65520 and up: Inf */
+    uint32_t is_nan = 0u - (uint32_t)(a > 0x7F800000u);
+    uint32_t r = (rn & is_normal) | (rs & ~is_normal);
+    r &= ~is_zero;
+    r = (r & ~is_inf) | (0x7C00u & is_inf);
+    r |= sign;
+    r = (r & ~is_nan) | (0x7FFFu & is_nan);
+    return (uint16_t)r;
+}
+
+/* Exact widening of bfloat16 / binary16 bits. */
+static inline float smm_cpu_bf16_to_f32(uint16_t h)
+{
+    return smm_cpu_bits_f32((uint32_t)h << 16);
+}
+
+static inline float smm_cpu_f16_to_f32(uint16_t h)
+{
+    /* Branch-free (vectorizes): select among the three encodings. A
+     * subnormal m * 2^-24 is exact in binary32 (m < 2^10, a normal result). */
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1Fu;
+    uint32_t m = h & 0x3FFu;
+    uint32_t normal = sign | ((e + 112u) << 23) | (m << 13);
+    uint32_t special = sign | 0x7F800000u | (m << 13);
+    uint32_t sub = sign | smm_cpu_f32_bits((float)(int32_t)m * 0x1p-24f);
+    return smm_cpu_bits_f32(e == 0x1Fu ? special : e == 0 ? sub : normal);
+}
+
+#endif

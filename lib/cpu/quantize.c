@@ -1,0 +1,256 @@
+/*
+ * quantize.c - the CPU backend's activation quantizer (float -> int8),
+ * rows spread over OpenMP threads.
+ *
+ * Formulas: doc/numerics.md, "Quantization of activations" (vLLM's
+ * csrc/quantization/w8a8/int8/scaled_quant.cu, with the contract's
+ * deviations). Each row is produced by one thread from that row alone, so
+ * results do not depend on the thread count.
+ *
+ * The per-element helpers are branch-free (selects instead of branches) so
+ * that the row loops vectorize; rounding to integers uses integer-exact
+ * float arithmetic under the contract's environment (round to nearest even),
+ * which every worker thread enters. Row extrema are taken on integer keys
+ * that order binary32 values, with NaN (quiet or signalling) mapped to the
+ * neutral element, i.e. ignored as the contract says.
+ */
+#pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
+
+#include "config.h"
+#include "cpu/cpu_internal.h"
+
+#include <float.h>
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Element idx of a row of x, widened exactly to binary32. */
+SMM_ALWAYS_INLINE float load_x(const void *row, smm_dtype dt, int64_t idx)
+{
+    switch (dt) {
+    case SMM_DTYPE_F16:
+        return smm_cpu_f16_to_f32(((const uint16_t *)row)[idx]);
+    case SMM_DTYPE_BF16:
+        return smm_cpu_bf16_to_f32(((const uint16_t *)row)[idx]);
+    default:
+        return ((const float *)row)[idx];
+    }
+}
+
+SMM_ALWAYS_INLINE int is_nan(float v)
+{
+    return (smm_cpu_f32_bits(v) & 0x7FFFFFFFu) > 0x7F800000u;
+}
+
+/* v (not NaN) rounded to an integral value, ties to even: below 2^23 adding
+ * 2^23 rounds at the units place; from 2^23 up every float is integral. */
+SMM_ALWAYS_INLINE float round_even(float v)
+{
+    uint32_t u = smm_cpu_f32_bits(v);
+    float a = smm_cpu_bits_f32(u & 0x7FFFFFFFu);
+    float r = (a + 8388608.0f) - 8388608.0f;
+    r = a < 8388608.0f ? r : a;
+    return smm_cpu_bits_f32(smm_cpu_f32_bits(r) | (u & 0x80000000u));
+}
+
+/* rne_sat_i8: NaN -> 0, else round half to even and clamp to [-128, 127]
+ * (clamping first is equivalent: the bounds are integers). */
+SMM_ALWAYS_INLINE int8_t rne_sat_i8(float v)
+{
+    float c = is_nan(v) ? 0.0f : v;
+    c = c > 127.0f ? 127.0f : c;
+    c = c < -128.0f ? -128.0f : c;
+    return (int8_t)(int32_t)round_even(c);
+}
+
+/* rne_sat_i32: NaN -> 0, else round half to even and clamp to int32. */
+SMM_ALWAYS_INLINE int32_t rne_sat_i32(float v)
+{
+    float c = is_nan(v) ? 0.0f : v;
+    const int big = c >= 2147483648.0f;
+    c = big ? 0.0f : c;
+    c = c < -2147483648.0f ? -2147483648.0f : c;
+    int32_t i = (int32_t)round_even(c);   /* integral, in [-2^31, 2^31) */
+    return big ? INT32_MAX : i;
+}
+
+/* sat_i8(rne_sat_i32(x * inv) + z), the sum in 64 bits. */
+SMM_ALWAYS_INLINE int8_t asym_q(float x, float inv, int32_t z)
+{
+    int64_t v = (int64_t)rne_sat_i32(x * inv) + (int64_t)z;
+    v = v > 127 ? 127 : v;
+    v = v < -128 ? -128 : v;
+    return (int8_t)v;
+}
+
+/* Order-preserving key of a non-NaN binary32 as uint32 (-0 just below +0,
+ * which no result below depends on), and its inverse. */
+SMM_ALWAYS_INLINE uint32_t order_key(float v)
+{
+    uint32_t u = smm_cpu_f32_bits(v);
+    uint32_t neg = (uint32_t)((int32_t)u >> 31);   /* all ones if negative */
+    return u ^ (neg | 0x80000000u);
+}
+
+SMM_ALWAYS_INLINE float from_key(uint32_t k)
+{
+    return smm_cpu_bits_f32((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+SMM_ALWAYS_INLINE uint32_t u32_max(uint32_t a, uint32_t b)
+{
+    return a > b ? a : b;
+}
+
+SMM_ALWAYS_INLINE uint32_t u32_min(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
+/* All ones when v is a NaN (quiet or signalling), else 0; bit operations
+ * only, so that the reductions below stay plain min / max reductions. */
+SMM_ALWAYS_INLINE uint32_t nan_mask(uint32_t u)
+{
+    return (uint32_t)((int32_t)(0x7F800000u - (u & 0x7FFFFFFFu)) >> 31);
+}
+
+/* Bits of |v| (ordered like the values), NaN -> 0 (ignored by a max). */
+SMM_ALWAYS_INLINE uint32_t abs_key(float v)
+{
+    uint32_t u = smm_cpu_f32_bits(v);
+    return (u & 0x7FFFFFFFu) & ~nan_mask(u);
+}
+
+/* order_key of v, NaN -> the neutral element of min / of max. */
+SMM_ALWAYS_INLINE uint32_t min_key(float v)
+{
+    uint32_t u = smm_cpu_f32_bits(v);
+    return order_key(v) | nan_mask(u);
+}
+
+SMM_ALWAYS_INLINE uint32_t max_key(float v)
+{
+    uint32_t u = smm_cpu_f32_bits(v);
+    return order_key(v) & ~nan_mask(u);
+}
+
+SMM_ALWAYS_INLINE void quantize_row(const smm_quantize_args *q, const smm_dtype dt, int64_t r)
+{
+    const size_t esize = dt == SMM_DTYPE_F32 ? 4 : 2;
+    const void *x = (const unsigned char *)q->x + (size_t)r * (size_t)q->ldx * esize;
+    int8_t *restrict out = q->q + r * q->ldq;
+    const int64_t K = q->k;
+
+    if (q->mode == SMM_QUANT_STATIC_PER_TENSOR) {
+        const float s = q->scale[0];
+        if (q->azp) {
+            const float inv = 1.0f / s;
+            const int32_t z = q->azp[0];
+            for (int64_t k = 0; k < K; k++)
+                out[k] = asym_q(load_x(x, dt, k), inv, z);
+        } else {
+            for (int64_t k = 0; k < K; k++)
+                out[k] = rne_sat_i8(load_x(x, dt, k) / s);
+        }
+        return;
+    }
+
+    /* Dynamic per token. amax = max |x| from +0: on the bits of |x| (the
+     * order of non-negative floats), NaN mapped to 0. */
+    uint32_t amax_bits = 0;
+    int64_t k;
+    for (k = 0; k < K; k++)
+        amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
+    const float amax = smm_cpu_bits_f32(amax_bits);
+
+    if (q->azp) {
+        /* mn from +FLT_MAX, mx from -FLT_MAX, NaN ignored. */
+        uint32_t kmn = order_key(FLT_MAX), kmx = order_key(-FLT_MAX);
+        for (k = 0; k < K; k++) {
+            const float v = load_x(x, dt, k);
+            kmn = u32_min(kmn, min_key(v));
+            kmx = u32_max(kmx, max_key(v));
+        }
+        const float mn = from_key(kmn), mx = from_key(kmx);
+        const float s = (mx - mn) / 255.0f;
+        const float inv = 1.0f / s;
+        if (s > 0.0f && s <= FLT_MAX && inv <= FLT_MAX) {
+            const int32_t z = rne_sat_i32(-128.0f - mn / s);
+            for (k = 0; k < K; k++)
+                out[k] = asym_q(load_x(x, dt, k), inv, z);
+            q->scale[r] = s;
+            q->azp[r] = z;
+            return;
+        }
+        /* Degenerate row: the symmetric formula, zero point 0. */
+        q->azp[r] = 0;
+    }
+    const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+    for (k = 0; k < K; k++)
+        out[k] = rne_sat_i8(load_x(x, dt, k) * inv);
+    q->scale[r] = amax / 127.0f;
+}
+
+SMM_ALWAYS_INLINE void quantize_rows_body(const smm_quantize_args *q, int64_t r0, int64_t r1)
+{
+    switch (q->x_dtype) {
+    case SMM_DTYPE_F16:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row(q, SMM_DTYPE_F16, r);
+        break;
+    case SMM_DTYPE_BF16:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row(q, SMM_DTYPE_BF16, r);
+        break;
+    default:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row(q, SMM_DTYPE_F32, r);
+        break;
+    }
+}
+
+void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1)
+{
+    quantize_rows_body(q, r0, r1);
+}
+
+#ifdef SMM_HAVE_AVX2_BUILD
+SMM_TARGET_AVX2 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1)
+{
+    quantize_rows_body(q, r0, r1);
+}
+#endif
+
+smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    const smm_cpu_quantize_fn rows = st ? st->k->quantize_rows : smm_cpu_quantize_rows_c;
+    const int64_t M = q->m;
+    int nthreads = smm_threads(ctx);
+    /* A thread per 16K elements at most. */
+    int64_t work = M * (q->k > 0 ? q->k : 1);
+    if ((int64_t)nthreads > work / 16384 + 1)
+        nthreads = (int)(work / 16384 + 1);
+    if ((int64_t)nthreads > M)
+        nthreads = (int)M;
+    if (nthreads < 1)
+        nthreads = 1;
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+#endif
+    {
+        smm_fpenv env;
+        smm_fpenv_enter(&env);
+#ifdef _OPENMP
+        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const int64_t tid = 0, nt = 1;
+#endif
+        const int64_t r0 = M * tid / nt, r1 = M * (tid + 1) / nt;
+        rows(q, r0, r1);
+        smm_fpenv_leave(&env);
+    }
+    return SMM_OK;
+}
