@@ -1,0 +1,411 @@
+/*
+ * cmd_bench.c - `scaledmm bench`: options, the loop over models, layers and
+ * M, and the results table. The measurement itself is bench_point (bench.h).
+ */
+#include <cblas.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench.h"
+#include "cli.h"
+#include "commands.h"
+#include "models.h"
+#include "output.h"
+#include "scaledmm.h"
+#include "sysinfo.h"
+#include "timer.h"
+
+#define MAX_M 32
+#define DEFAULT_SEED 20240723u
+
+void cmd_bench_help(FILE *f)
+{
+    int i;
+    fputs("Usage: scaledmm bench [--model NAME|all] [--m LIST] [--backend NAME]\n"
+          "                      [--threads N] [--repeats N] [--max-time SEC]\n"
+          "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
+          "\n"
+          "Times the w8a8 linear layers of real models at several token counts M.\n"
+          "One layer, as vLLM serves w8a8 models, is:\n"
+          "  smm_quantize_i8   bf16 activations M x K -> int8, dynamic per-token\n"
+          "                    symmetric scales;\n"
+          "  smm_scaled_mm     int8 M x K times int8 weights N x K, per-token x\n"
+          "                    per-channel scales, bfloat16 output M x N.\n"
+          "Timed (CLOCK_MONOTONIC): the layer = quantize + scaled_mm together, and\n"
+          "each part alone; medians of the timed runs after one warm-up run. The\n"
+          "timed runs stop after --repeats runs, or earlier once they have taken\n"
+          "--max-time seconds (at least one run); the 'runs' columns give the counts.\n"
+          "GOPS = 2*M*N*K / layer time; weight_GBps = N*K weight bytes / layer time;\n"
+          "speedup = SGEMM time / layer time, the SGEMM being OpenBLAS cblas_sgemm\n"
+          "on the same problem in float32 (M x K by K x N), same thread count.\n"
+          "\n"
+          "Weights come from memory, not cache: each layer's weights (and scales)\n"
+          "are held in as many copies as make their total exceed twice the last-level\n"
+          "cache (size from /sys/devices/system/cpu/cpu0/cache, else\n"
+          "sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB), and consecutive calls use\n"
+          "consecutive copies. The SGEMM's float weights rotate the same way.\n"
+          "\n"
+          "Every point is verified: for rows 0, M/2 and M-1 the reference backend\n"
+          "quantizes the same bf16 row and multiplies it, and the int8 row, its scale\n"
+          "and the bf16 output row must equal the tested backend's bit for bit\n"
+          "(memcmp). A row that differs is marked FAIL and the exit status is 1.\n"
+          "Data are random from a fixed seed (printed).\n"
+          "\n"
+          "Options:\n"
+          "      --model NAME    a model below, or 'all' (default llama-3.1-8b)\n"
+          "      --m LIST        comma-separated token counts (default 1,16,128,512)\n"
+          "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
+          "                      rocm, cuda\n"
+          "  -t, --threads N     threads for the backend and for OpenBLAS (default:\n"
+          "                      omp_get_max_threads, i.e. OMP_NUM_THREADS or cores)\n"
+          "  -r, --repeats N     timed runs per measurement, at most (default 5)\n"
+          "      --max-time SEC  stop a measurement's timed runs once they took SEC\n"
+          "                      seconds (default 2; 0: a single timed run)\n"
+          "      --seed S        data seed, decimal or 0x hex (default 20240723)\n"
+          "  -f, --format FMT    table (default), csv or json, on stdout\n"
+          "      --no-baseline   skip the OpenBLAS SGEMM baseline\n"
+          "  -h, --help          show this help\n"
+          "\n"
+          "Models (N x K per layer):\n", f);
+    for (i = 0; i < models_count(); i++) {
+        const model_shapes *m = models_get(i);
+        int l;
+        fprintf(f, "  %-20s", m->name);
+        for (l = 0; l < m->nlayers; l++)
+            fprintf(f, "%s%s %lldx%lld", l ? ", " : "", m->layers[l].name,
+                    (long long)m->layers[l].n, (long long)m->layers[l].k);
+        fputc('\n', f);
+    }
+    fputs("\n"
+          "The SGEMM figures depend on OpenBLAS's kernel choice: OPENBLAS_CORETYPE\n"
+          "forces one (the 'openblas' line of the output names the one used).\n"
+          "Progress goes to stderr when stderr is a terminal.\n"
+          "Exit status: 0 all points verified, 1 a mismatch or a failed call, 2 bad\n"
+          "command line.\n", f);
+}
+
+enum {
+    C_MODEL, C_LAYER, C_M, C_N, C_K, C_RUNS, C_QUANT, C_MM, C_LAYER_MS, C_GOPS,
+    C_GBPS, C_SGEMM_RUNS, C_SGEMM, C_SPEEDUP, C_VERIFY, NCOLS
+};
+
+static const out_column columns[NCOLS] = {
+    { "model",       COL_STR,  0 },
+    { "layer",       COL_STR,  0 },
+    { "M",           COL_INT,  0 },
+    { "N",           COL_INT,  0 },
+    { "K",           COL_INT,  0 },
+    { "runs",        COL_INT,  0 },
+    { "quant_ms",    COL_REAL, 3 },
+    { "mm_ms",       COL_REAL, 3 },
+    { "layer_ms",    COL_REAL, 3 },
+    { "GOPS",        COL_REAL, 1 },
+    { "weight_GBps", COL_REAL, 2 },
+    { "sgemm_runs",  COL_INT,  0 },
+    { "sgemm_ms",    COL_REAL, 3 },
+    { "speedup",     COL_REAL, 2 },
+    { "verify",      COL_STR,  0 },
+};
+
+typedef struct bench_opts {
+    const model_shapes *models[8];
+    int nmodels;
+    long m[MAX_M];
+    int nm;
+    smm_backend backend;
+    int threads;          /* 0: default */
+    int repeats;
+    double max_time;
+    uint64_t seed;
+    out_format fmt;
+    int baseline;
+    double load_before;   /* 1-minute load average at the start, -1 unknown */
+} bench_opts;
+
+static int parse_options(int argc, char **argv, bench_opts *o)
+{
+    static const struct option longopts[] = {
+        { "model",       required_argument, NULL, 'M' },
+        { "m",           required_argument, NULL, 'm' },
+        { "backend",     required_argument, NULL, 'b' },
+        { "threads",     required_argument, NULL, 't' },
+        { "repeats",     required_argument, NULL, 'r' },
+        { "max-time",    required_argument, NULL, 'T' },
+        { "seed",        required_argument, NULL, 's' },
+        { "format",      required_argument, NULL, 'f' },
+        { "no-baseline", no_argument,       NULL, 'n' },
+        { "help",        no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c, i;
+    long v;
+
+    memset(o, 0, sizeof *o);
+    o->models[0] = models_find("llama-3.1-8b");
+    o->nmodels = 1;
+    o->m[0] = 1; o->m[1] = 16; o->m[2] = 128; o->m[3] = 512;
+    o->nm = 4;
+    o->backend = SMM_BACKEND_AUTO;
+    o->repeats = 5;
+    o->max_time = 2.0;
+    o->seed = DEFAULT_SEED;
+    o->fmt = OUT_TABLE;
+    o->baseline = 1;
+
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:t:r:f:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'M':
+            if (strcmp(optarg, "all") == 0) {
+                o->nmodels = 0;
+                for (i = 0; i < models_count() && i < 8; i++)
+                    o->models[o->nmodels++] = models_get(i);
+            } else if ((o->models[0] = models_find(optarg)) != NULL) {
+                o->nmodels = 1;
+            } else {
+                cli_usage_error("bench", "--model: unknown model '%s' (see 'scaledmm "
+                                "bench --help' for the list, or use 'all')", optarg);
+                return -1;
+            }
+            break;
+        case 'm':
+            if (cli_parse_long_list("bench", "--m", optarg, 1, 65536, o->m, MAX_M,
+                                    &o->nm) != 0)
+                return -1;
+            break;
+        case 'b':
+            if (cli_parse_backend("bench", "--backend", optarg, &o->backend) != 0)
+                return -1;
+            break;
+        case 't':
+            if (cli_parse_long("bench", "--threads", optarg, 1, 1024, &v) != 0)
+                return -1;
+            o->threads = (int)v;
+            break;
+        case 'r':
+            if (cli_parse_long("bench", "--repeats", optarg, 1, 1000, &v) != 0)
+                return -1;
+            o->repeats = (int)v;
+            break;
+        case 'T':
+            if (cli_parse_double("bench", "--max-time", optarg, 0.0, 86400.0,
+                                 &o->max_time) != 0)
+                return -1;
+            break;
+        case 's':
+            if (cli_parse_u64("bench", "--seed", optarg, &o->seed) != 0)
+                return -1;
+            break;
+        case 'f':
+            if (out_parse_format(optarg, &o->fmt) != 0) {
+                cli_usage_error("bench", "--format: unknown format '%s' (expected "
+                                "table, csv or json)", optarg);
+                return -1;
+            }
+            break;
+        case 'n':
+            o->baseline = 0;
+            break;
+        case 'h':
+            cmd_bench_help(stdout);
+            return 1;
+        default:
+            cli_getopt_error("bench", c, argv);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds the metadata that describes the run. */
+static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
+                     const char *llc_source)
+{
+    char buf[512];
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    int i;
+
+    snprintf(buf, sizeof buf, "%s (library %s, contract %d)",
+             smm_backend_name(smm_context_backend(cfg->ctx)), smm_version(),
+             smm_contract_version());
+    out_meta_str(t, "backend", buf);
+    out_meta_str(t, "cpu", smm_cpu_name());
+    out_meta_int(t, "threads", cfg->threads);
+    snprintf(buf, sizeof buf, "%" PRIu64, cfg->seed);
+    out_meta_str(t, "seed", buf);
+    snprintf(buf, sizeof buf, "%zu MiB (%s); weights rotate over copies totalling "
+             "> %zu MiB", cfg->llc_bytes >> 20, llc_source, (2 * cfg->llc_bytes) >> 20);
+    out_meta_str(t, "llc", buf);
+    buf[0] = '\0';
+    for (i = 0; i < o->nmodels; i++)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? " " : "",
+                 o->models[i]->name);
+    out_meta_str(t, "models", buf);
+    out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
+                 "smm_scaled_mm (per-token x per-channel, bf16 out); medians after "
+                 "one warm-up");
+    snprintf(buf, sizeof buf, "at most %d timed runs per measurement, fewer once "
+             "they took %g s", cfg->repeats, cfg->max_time);
+    out_meta_str(t, "runs", buf);
+    if (cfg->baseline) {
+        snprintf(buf, sizeof buf, "%s; core %s; OPENBLAS_CORETYPE=%s",
+                 openblas_get_config(), openblas_get_corename(), ct ? ct : "(unset)");
+        out_meta_str(t, "openblas", buf);
+    } else {
+        out_meta_str(t, "openblas", "baseline skipped (--no-baseline)");
+    }
+    out_meta_str(t, "verify", "rows 0, M/2, M-1 of every point equal the reference "
+                 "bit for bit (int8 row, scale, bf16 output)");
+    if (o->load_before >= 0.0) {
+        double after = -1.0;
+        getloadavg(&after, 1);
+        snprintf(buf, sizeof buf, "%.2f at the start, %.2f at the end (1-minute load "
+                 "average; other work on the machine skews the timings)",
+                 o->load_before, after);
+        out_meta_str(t, "load", buf);
+    }
+}
+
+/* Fills one row of the table from a point's result. */
+static void add_row(out_table *t, const model_shapes *model, const model_layer *layer,
+                    int64_t m, const bench_result *r, int status_ok, const char *verify)
+{
+    int row = out_add_row(t);
+    if (row < 0)
+        return;
+    out_set_str(t, row, C_MODEL, model->name);
+    out_set_str(t, row, C_LAYER, layer->name);
+    out_set_int(t, row, C_M, m);
+    out_set_int(t, row, C_N, layer->n);
+    out_set_int(t, row, C_K, layer->k);
+    out_set_str(t, row, C_VERIFY, verify);
+    if (!status_ok)
+        return;
+    {
+        const double ops = 2.0 * (double)m * (double)layer->n * (double)layer->k;
+        const double bytes = (double)layer->n * (double)layer->k;
+        out_set_int(t, row, C_RUNS, r->runs);
+        out_set_real(t, row, C_QUANT, r->quant_s * 1e3);
+        out_set_real(t, row, C_MM, r->mm_s * 1e3);
+        out_set_real(t, row, C_LAYER_MS, r->layer_s * 1e3);
+        out_set_real(t, row, C_GOPS, ops / r->layer_s * 1e-9);
+        out_set_real(t, row, C_GBPS, bytes / r->layer_s * 1e-9);
+        if (r->sgemm_runs > 0) {
+            out_set_int(t, row, C_SGEMM_RUNS, r->sgemm_runs);
+            out_set_real(t, row, C_SGEMM, r->sgemm_s * 1e3);
+            out_set_real(t, row, C_SPEEDUP, r->sgemm_s / r->layer_s);
+        }
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    bench_config cfg;
+    out_table *t = NULL;
+    const char *llc_source = "";
+    smm_backend backend;
+    char failures[2048] = "";
+    int rc = EXIT_PASS, total, index = 0, mi, li, pr;
+    double start = timer_now();
+
+    pr = parse_options(argc, argv, &o);
+    if (pr != 0)
+        return pr > 0 ? EXIT_PASS : EXIT_USAGE;
+
+    memset(&cfg, 0, sizeof cfg);
+    if (getloadavg(&o.load_before, 1) != 1)
+        o.load_before = -1.0;
+    if (cli_open_backend("bench", o.backend, &cfg.ctx) != 0)
+        return EXIT_FAILED;
+    backend = smm_context_backend(cfg.ctx);
+    if (smm_context_create(&cfg.ref, SMM_BACKEND_REFERENCE) != SMM_OK) {
+        smm_context_destroy(cfg.ctx);
+        return cli_error("bench", "cannot create the reference context");
+    }
+    cfg.threads = o.threads > 0 ? o.threads : sysinfo_default_threads();
+    if (cfg.threads < 1)
+        cfg.threads = 1;
+    smm_context_set_num_threads(cfg.ctx, cfg.threads);
+    cfg.repeats = o.repeats;
+    cfg.max_time = o.max_time;
+    cfg.baseline = o.baseline;
+    cfg.seed = o.seed;
+    cfg.llc_bytes = sysinfo_llc_bytes(&llc_source);
+
+    t = out_table_new(columns, NCOLS);
+    if (!t) {
+        rc = cli_error("bench", "out of memory");
+        goto done;
+    }
+    total = 0;
+    for (mi = 0; mi < o.nmodels; mi++)
+        total += o.models[mi]->nlayers * o.nm;
+    if (progress_enabled())
+        fprintf(stderr, "scaledmm bench: %s backend, %d threads, seed %" PRIu64 ", %d points\n",
+                smm_backend_name(backend), cfg.threads, cfg.seed, total);
+
+    for (mi = 0; mi < o.nmodels; mi++) {
+        const model_shapes *model = o.models[mi];
+        for (li = 0; li < model->nlayers; li++) {
+            const model_layer *layer = &model->layers[li];
+            bench_weights w;
+            char err[256];
+            int k;
+
+            progress_update("[%d/%d] %s %s: preparing weights ...", index + 1, total,
+                            model->name, layer->name);
+            if (bench_weights_init(&w, &cfg, layer->n, layer->k, (uint64_t)mi,
+                                   (uint64_t)li, err, sizeof err) != 0) {
+                progress_clear();
+                cli_error("bench", "%s %s: %s", model->name, layer->name, err);
+                for (k = 0; k < o.nm; k++)
+                    add_row(t, model, layer, o.m[k], NULL, 0, "ERROR");
+                index += o.nm;
+                rc = EXIT_FAILED;
+                continue;
+            }
+            for (k = 0; k < o.nm; k++) {
+                bench_result r;
+                const char *verify;
+                int ok;
+                progress_update("[%d/%d] %s %s M=%ld ...", ++index, total, model->name,
+                                layer->name, o.m[k]);
+                ok = bench_point(&cfg, &w, o.m[k], (uint64_t)mi, (uint64_t)li, &r) == 0;
+                progress_clear();
+                verify = !ok ? "ERROR" : r.verified ? "ok" : "FAIL";
+                if (!ok || !r.verified) {
+                    char line[700];
+                    rc = EXIT_FAILED;
+                    snprintf(line, sizeof line, "%s %s M=%ld: %s", model->name,
+                             layer->name, o.m[k], r.message);
+                    cli_error("bench", "%s: %s", verify, line);
+                    snprintf(failures + strlen(failures), sizeof failures - strlen(failures),
+                             "%s%s", failures[0] ? "; " : "", line);
+                }
+                add_row(t, model, layer, o.m[k], &r, ok && r.verified, verify);
+            }
+            bench_weights_free(&w);
+        }
+    }
+    progress_clear();
+
+    add_meta(t, &o, &cfg, llc_source);
+    if (failures[0])
+        out_meta_str(t, "failures", failures);
+    out_meta_real(t, "wall_s", timer_now() - start);
+    if (out_write(t, o.fmt, stdout, stderr) != 0)
+        rc = cli_error("bench", "cannot write the results");
+done:
+    out_table_free(t);
+    smm_context_destroy(cfg.ctx);
+    smm_context_destroy(cfg.ref);
+    return rc;
+}

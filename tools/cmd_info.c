@@ -1,0 +1,156 @@
+/*
+ * cmd_info.c - `scaledmm info`: library and contract versions, CPU name and
+ * features, every backend with whether it can run here and why, the backend
+ * AUTO picks, the default thread count. Text, or JSON with --json.
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "commands.h"
+#include "scaledmm.h"
+#include "sysinfo.h"
+
+static const smm_backend all_backends[] = {
+    SMM_BACKEND_REFERENCE, SMM_BACKEND_CPU, SMM_BACKEND_ROCM, SMM_BACKEND_CUDA,
+};
+#define NBACKENDS (int)(sizeof all_backends / sizeof all_backends[0])
+
+void cmd_info_help(FILE *f)
+{
+    fputs("Usage: scaledmm info [--json]\n"
+          "\n"
+          "Shows the library version and numerics-contract version, the CPU and the\n"
+          "features the library found usable (CPUID confirmed by XGETBV), every\n"
+          "backend (reference, cpu, rocm, cuda) with whether it can run here and\n"
+          "why, the backend AUTO picks (honouring SMM_BACKEND), and the default\n"
+          "thread count (omp_get_max_threads, i.e. OMP_NUM_THREADS or the cores).\n"
+          "\n"
+          "Options:\n"
+          "  --json       print one JSON object on stdout instead of text\n"
+          "  -h, --help   show this help\n", f);
+}
+
+/* What a context created on AUTO gets: its backend, or (backend AUTO and)
+ * the error, in words, in *why. */
+static smm_backend auto_context(const char **why)
+{
+    smm_context *ctx = NULL;
+    smm_status st = smm_context_create(&ctx, SMM_BACKEND_AUTO);
+    smm_backend b;
+    if (st != SMM_OK) {
+        *why = smm_strerror(st);
+        return SMM_BACKEND_AUTO;
+    }
+    *why = NULL;
+    b = smm_context_backend(ctx);
+    smm_context_destroy(ctx);
+    return b;
+}
+
+static int print_json(const char *env)
+{
+    json_t *doc = json_object(), *backends = json_array(), *features = json_array();
+    char *copy = strdup(smm_cpu_features()), *tok, *save = NULL;
+    const char *why = NULL;
+    smm_backend b;
+    int i, rc = EXIT_FAILED;
+
+    if (!doc || !backends || !features || !copy)
+        goto done;
+    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        json_array_append_new(features, json_string(tok));
+    for (i = 0; i < NBACKENDS; i++) {
+        const char *reason = "";
+        int ok = smm_backend_available(all_backends[i], &reason);
+        json_array_append_new(backends,
+                              json_pack("{s:s, s:b, s:s}", "name",
+                                        smm_backend_name(all_backends[i]),
+                                        "available", ok, "reason", reason ? reason : ""));
+    }
+    json_object_set_new(doc, "version", json_string(smm_version()));
+    json_object_set_new(doc, "contract_version", json_integer(smm_contract_version()));
+    json_object_set_new(doc, "header_contract_version", json_integer(SMM_CONTRACT_VERSION));
+    json_object_set_new(doc, "cpu_name", json_string(smm_cpu_name()));
+    json_object_set(doc, "cpu_features", features);
+    json_object_set_new(doc, "default_threads", json_integer(sysinfo_default_threads()));
+    json_object_set(doc, "backends", backends);
+    json_object_set_new(doc, "auto", json_string(smm_backend_name(smm_backend_auto())));
+    json_object_set_new(doc, "smm_backend_env", env ? json_string(env) : json_null());
+    b = auto_context(&why);
+    json_object_set_new(doc, "auto_context",
+                        why ? json_pack("{s:b, s:s}", "ok", 0, "error", why)
+                            : json_pack("{s:b, s:s}", "ok", 1, "backend",
+                                        smm_backend_name(b)));
+    if (json_dumpf(doc, stdout, JSON_INDENT(2)) != 0)
+        goto done;
+    putchar('\n');
+    rc = EXIT_PASS;
+done:
+    json_decref(doc);
+    json_decref(backends);
+    json_decref(features);
+    free(copy);
+    return rc;
+}
+
+static int print_text(const char *env)
+{
+    const char *why = NULL;
+    smm_backend b = auto_context(&why);
+    int i;
+
+    printf("scaledmm library %s, numerics contract %d (headers: contract %d)\n",
+           smm_version(), smm_contract_version(), SMM_CONTRACT_VERSION);
+    printf("CPU:             %s\n", *smm_cpu_name() ? smm_cpu_name() : "(unknown)");
+    printf("CPU features:    %s\n", *smm_cpu_features() ? smm_cpu_features() : "(none)");
+    printf("Default threads: %d (omp_get_max_threads)\n", sysinfo_default_threads());
+    printf("Backends:\n");
+    for (i = 0; i < NBACKENDS; i++) {
+        const char *reason = "";
+        int ok = smm_backend_available(all_backends[i], &reason);
+        printf("  %-10s %-3s  %s\n", smm_backend_name(all_backends[i]), ok ? "yes" : "no",
+               reason ? reason : "");
+    }
+    printf("AUTO picks:      %s", smm_backend_name(smm_backend_auto()));
+    if (env)
+        printf(" (SMM_BACKEND=%s)", env);
+    else
+        printf(" (SMM_BACKEND not set)");
+    if (why)
+        printf("; contexts created on AUTO fail: %s\n", why);
+    else if (b != smm_backend_auto())  /* not expected; say it if it happens */
+        printf("; contexts created on AUTO run on %s\n", smm_backend_name(b));
+    else
+        putchar('\n');
+    return ferror(stdout) ? EXIT_FAILED : EXIT_PASS;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int json = 0, c;
+    const char *env;
+
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 'h': cmd_info_help(stdout); return EXIT_PASS;
+        default:  return cli_getopt_error("info", c, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+    env = getenv("SMM_BACKEND");
+    if (env && !*env)
+        env = NULL;
+    return json ? print_json(env) : print_text(env);
+}

@@ -1,0 +1,108 @@
+/*
+ * main.c - `scaledmm`: entry point, subcommand dispatch, --help, --version.
+ *
+ *   scaledmm info    library, CPU and backends
+ *   scaledmm check   the conformance battery against the reference
+ *   scaledmm bench   w8a8 linear layers of real models
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+#include "commands.h"
+#include "scaledmm.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+static const command commands[] = {
+    { "info",  "show the library, CPU and backends (which one AUTO picks)",
+      cmd_info, cmd_info_help },
+    { "check", "run the conformance battery on each backend against the reference",
+      cmd_check, cmd_check_help },
+    { "bench", "time the w8a8 linear layers of real models, verified bit for bit",
+      cmd_bench, cmd_bench_help },
+};
+#define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static const command *find_command(const char *name)
+{
+    int i;
+    for (i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *f)
+{
+    int i;
+    fputs("Usage: scaledmm COMMAND [OPTION]...\n"
+          "       scaledmm help [COMMAND]\n"
+          "       scaledmm --help | --version\n"
+          "\n"
+          "int8 (w8a8) scaled matrix multiplication: inspect, verify and benchmark\n"
+          "the scaledmm library.\n"
+          "\n"
+          "Commands:\n", f);
+    for (i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "Run 'scaledmm COMMAND --help' for a command's options.\n"
+          "\n"
+          "Environment: SMM_BACKEND (backend AUTO picks), OMP_NUM_THREADS (default\n"
+          "thread count), SMM_TEST_SEED (seed of 'check'), OPENBLAS_CORETYPE (the\n"
+          "SGEMM kernel of the 'bench' baseline).\n"
+          "\n"
+          "Exit status: 0 success, 1 a check failed or a backend cannot run,\n"
+          "2 bad command line. See scaledmm(1).\n", f);
+}
+
+static void version(void)
+{
+    printf("scaledmm %s (library %s, numerics contract %d)\n", PACKAGE_VERSION,
+           smm_version(), smm_contract_version());
+}
+
+int main(int argc, char **argv)
+{
+    const command *cmd;
+
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return EXIT_PASS;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        version();
+        return EXIT_PASS;
+    }
+    if (strcmp(argv[1], "help") == 0) {
+        if (argc == 2) {
+            usage(stdout);
+            return EXIT_PASS;
+        }
+        if (argc > 3)
+            return cli_usage_error(NULL, "help: too many arguments");
+        cmd = find_command(argv[2]);
+        if (!cmd)
+            return cli_usage_error(NULL, "help: unknown command '%s'", argv[2]);
+        cmd->help(stdout);
+        return EXIT_PASS;
+    }
+    if (argv[1][0] == '-')
+        return cli_usage_error(NULL, "unknown option '%s' (options go after the command)",
+                               argv[1]);
+    cmd = find_command(argv[1]);
+    if (!cmd)
+        return cli_usage_error(NULL, "unknown command '%s' (expected info, check or bench)",
+                               argv[1]);
+    return cmd->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,92 @@
+/*
+ * sysinfo.c - last-level cache size and default thread count (sysinfo.h).
+ */
+#include "sysinfo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define LLC_FALLBACK ((size_t)32 << 20)
+
+/* Reads one line of a small sysfs file into buf; 0 on success. */
+static int read_line(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    int ok;
+    if (!f)
+        return -1;
+    ok = fgets(buf, (int)size, f) != NULL;
+    fclose(f);
+    if (!ok)
+        return -1;
+    buf[strcspn(buf, "\n")] = '\0';
+    return 0;
+}
+
+/* "32768K", "1M" or plain bytes -> bytes; 0 when unparsable. */
+static size_t parse_size(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s)
+        return 0;
+    switch (*end) {
+    case 'K': v <<= 10; break;
+    case 'M': v <<= 20; break;
+    case 'G': v <<= 30; break;
+    case '\0': break;
+    default: return 0;
+    }
+    return (size_t)v;
+}
+
+static size_t llc_from_sysfs(void)
+{
+    char path[128], buf[64];
+    int i;
+    for (i = 0; i < 16; i++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_line(path, buf, sizeof buf) != 0)
+            break;
+        if (strcmp(buf, "3") != 0)
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (read_line(path, buf, sizeof buf) == 0)
+            return parse_size(buf);
+    }
+    return 0;
+}
+
+size_t sysinfo_llc_bytes(const char **source)
+{
+    size_t v = llc_from_sysfs();
+    const char *src = "sysfs";
+    if (v == 0) {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+        long s = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        v = s > 0 ? (size_t)s : 0;
+        src = "sysconf";
+#endif
+    }
+    if (v == 0) {
+        v = LLC_FALLBACK;
+        src = "default";
+    }
+    if (source)
+        *source = src;
+    return v;
+}
+
+int sysinfo_default_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
