@@ -6,8 +6,10 @@
 #   ./setup.sh && build/tools/scaledmm bench     # the main job
 #   ./setup.sh && make -C build check            # the test suite
 #
-# Environment: SMM_SKIP_DEPS=1 skips the package installation;
-# BUILD_DIR (default: build) and CONFIGURE_FLAGS are passed through.
+# Arguments are passed to configure on the first run (when the build
+# directory has no Makefile yet), e.g. ./setup.sh CFLAGS="-O3 -g".
+# Environment: SMM_SKIP_DEPS=1 skips the package installation; BUILD_DIR
+# (default: build) names the build directory.
 set -eu
 cd "$(dirname "$0")"
 top=$(pwd)
@@ -35,6 +37,5 @@ if [ ! -x configure ] || [ configure.ac -nt configure ]; then autoreconf -fi; fi
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$BUILD_DIR"
 cd "$BUILD_DIR"
-# shellcheck disable=SC2086
-[ -f Makefile ] || "$top/configure" ${CONFIGURE_FLAGS:-}
+[ -f Makefile ] || "$top/configure" "$@"
 make -j"$(nproc)" >&2

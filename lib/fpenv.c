@@ -21,21 +21,21 @@
 void smm_fpenv_enter(smm_fpenv *env)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    env->saved = _mm_getcsr();
-    env->fe_round = 0;
+    env->mxcsr = _mm_getcsr();
     _mm_setcsr(SMM_MXCSR_CONTRACT);
 #else
-    env->saved = 0;
-    env->fe_round = fegetround();
-    fesetround(FE_TONEAREST);
+    /* FE_DFL_ENV: round to nearest, exceptions masked, and on targets with
+     * a flush-to-zero control (AArch64 FPCR.FZ, ARM FPSCR.FZ) that cleared. */
+    fegetenv(&env->fe);
+    fesetenv(FE_DFL_ENV);
 #endif
 }
 
 void smm_fpenv_leave(const smm_fpenv *env)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    _mm_setcsr(env->saved);
+    _mm_setcsr(env->mxcsr);
 #else
-    fesetround(env->fe_round);
+    fesetenv(&env->fe);
 #endif
 }

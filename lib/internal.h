@@ -16,6 +16,7 @@
 #define SMM_INTERNAL_H
 
 #include "scaledmm.h"
+#include <fenv.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,7 +68,10 @@ smm_status smm_set_error(smm_context *ctx, smm_status status, const char *fmt, .
 /* Floating-point environment of the contract (round to nearest even, no
  * flush-to-zero, no denormals-are-zero, exceptions masked) for the calling
  * thread; leave restores what enter saved. */
-typedef struct { unsigned int saved; int fe_round; } smm_fpenv;
+typedef struct {
+    unsigned int mxcsr;   /* x86: the caller's MXCSR */
+    fenv_t fe;            /* elsewhere: the caller's whole environment */
+} smm_fpenv;
 void smm_fpenv_enter(smm_fpenv *env) SMM_INTERNAL;
 void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
 

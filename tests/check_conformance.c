@@ -214,7 +214,9 @@ START_TEST(test_k_wrap_bound)
             for (int d = 0; d < 4; d++) {
                 cf_mm_case c = { .c_dtype = out_types[d], .a_values = v[vi][0],
                                  .b_values = v[vi][1], .k = ks[ki] };
-                c.m = cf_rng_range(&r, 1, 3);
+                /* small M takes the CPU backend's unpacked decode path,
+                 * M > 12 its packed, blocked path: wrap through both */
+                c.m = (d % 2) ? cf_rng_range(&r, 13, 40) : cf_rng_range(&r, 1, 3);
                 c.n = cf_rng_range(&r, 1, 5);
                 c.lda = c.k + cf_rng_range(&r, 0, 3);
                 c.ldb = c.k + cf_rng_range(&r, 0, 3);
@@ -247,7 +249,7 @@ START_TEST(test_k_wrap_hand_values)
     int nb = tu_backends(bs);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t k = cases[ci].k;
-        enum { M = 2, N = 3 };
+        enum { M = 20, N = 3 };   /* M > 12: the CPU backend's blocked path */
         int8_t *a = malloc((size_t)(M * k)), *b = malloc((size_t)(N * k));
         ck_assert_ptr_nonnull(a);
         ck_assert_ptr_nonnull(b);

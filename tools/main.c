@@ -76,16 +76,20 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(stdout);
-        return EXIT_PASS;
-    }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
-        version();
+    const int want_help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+    const int want_version = strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0;
+    if (want_help || want_version) {
+        if (argc > 2)
+            return cli_usage_error(NULL, "%s takes no arguments", argv[1]);
+        if (want_help)
+            usage(stdout);
+        else
+            version();
         return EXIT_PASS;
     }
     if (strcmp(argv[1], "help") == 0) {
-        if (argc == 2) {
+        if (argc == 2 || (argc == 3 && (strcmp(argv[2], "--help") == 0 ||
+                                        strcmp(argv[2], "-h") == 0))) {
             usage(stdout);
             return EXIT_PASS;
         }
