@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+#include "buffers.h"
 #include "cli.h"
 #include "commands.h"
+#include "ctensors.h"
 #include "models.h"
 #include "output.h"
 #include "scaledmm.h"
@@ -23,7 +25,8 @@
 void cmd_bench_help(FILE *f)
 {
     int i;
-    fputs("Usage: scaledmm bench [--model NAME|all] [--m LIST] [--backend NAME]\n"
+    fputs("Usage: scaledmm bench [--model NAME|all | --checkpoint DIR] [--m LIST]\n"
+          "                      [--backend NAME]\n"
           "                      [--threads N] [--repeats N] [--max-time SEC]\n"
           "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
           "\n"
@@ -55,6 +58,12 @@ void cmd_bench_help(FILE *f)
           "\n"
           "Options:\n"
           "      --model NAME    a model below, or 'all' (default llama-3.1-8b)\n"
+          "      --checkpoint DIR  instead of --model: every linear layer of a\n"
+          "                      compressed-tensors w8a8 checkpoint, with its shapes,\n"
+          "                      its int8 weights and its weight scales (per-tensor\n"
+          "                      scales repeated per channel: the same bits); the\n"
+          "                      activations are quantized dynamic per-token whatever\n"
+          "                      the checkpoint's activation scheme\n"
           "      --m LIST        comma-separated token counts (default 1,16,128,512)\n"
           "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
           "                      rocm, cuda\n"
@@ -122,12 +131,14 @@ typedef struct bench_opts {
     out_format fmt;
     int baseline;
     double load_before;   /* 1-minute load average at the start, -1 unknown */
+    const char *checkpoint;  /* --checkpoint DIR, or NULL */
 } bench_opts;
 
 static int parse_options(int argc, char **argv, bench_opts *o)
 {
     static const struct option longopts[] = {
         { "model",       required_argument, NULL, 'M' },
+        { "checkpoint",  required_argument, NULL, 'C' },
         { "m",           required_argument, NULL, 'm' },
         { "backend",     required_argument, NULL, 'b' },
         { "threads",     required_argument, NULL, 't' },
@@ -170,6 +181,9 @@ static int parse_options(int argc, char **argv, bench_opts *o)
                                 "bench --help' for the list, or use 'all')", optarg);
                 return -1;
             }
+            break;
+        case 'C':
+            o->checkpoint = optarg;
             break;
         case 'm':
             if (cli_parse_long_list("bench", "--m", optarg, 1, 65536, o->m, MAX_M,
@@ -224,6 +238,94 @@ static int parse_options(int argc, char **argv, bench_opts *o)
     return 0;
 }
 
+/* A checkpoint's layers as a model table (names point into the model). */
+typedef struct ckpt_bench {
+    ct_model *model;
+    model_layer *layers;
+    model_shapes shapes;
+} ckpt_bench;
+
+static int ckpt_open(ckpt_bench *cb, const char *dir)
+{
+    char err[1024];
+    size_t i;
+    memset(cb, 0, sizeof *cb);
+    cb->model = ct_model_open(dir, err, sizeof err);
+    if (!cb->model) {
+        cli_error("bench", "%s", err);
+        return -1;
+    }
+    cb->layers = calloc(cb->model->nlayers, sizeof *cb->layers);
+    if (!cb->layers) {
+        cli_error("bench", "out of memory");
+        return -1;
+    }
+    for (i = 0; i < cb->model->nlayers; i++) {
+        cb->layers[i].name = cb->model->layers[i].name;
+        cb->layers[i].n = cb->model->layers[i].n;
+        cb->layers[i].k = cb->model->layers[i].k;
+    }
+    cb->shapes.name = dir;
+    cb->shapes.description = "compressed-tensors w8a8 checkpoint";
+    cb->shapes.nlayers = (int)cb->model->nlayers;
+    cb->shapes.layers = cb->layers;
+    return 0;
+}
+
+static void ckpt_close(ckpt_bench *cb)
+{
+    free(cb->layers);
+    ct_model_close(cb->model);
+    memset(cb, 0, sizeof *cb);
+}
+
+/* bench_weights holding a checkpoint layer's own int8 weights and scales
+ * (a per-tensor scale repeated N times: smm_scaled_mm reads scale_b[0] or
+ * scale_b[n], the same value, so the results are the same bits). */
+static int ckpt_weights_init(bench_weights *w, const bench_config *cfg, const ct_layer *L,
+                             char *err, size_t errsize)
+{
+    size_t nk = (size_t)L->n * (size_t)L->k, i;
+    int c;
+
+    memset(w, 0, sizeof *w);
+    w->n = L->n;
+    w->k = L->k;
+    w->copies = bench_copies(nk + (size_t)L->n * sizeof(float), cfg->llc_bytes);
+    w->b = calloc((size_t)w->copies, sizeof *w->b);
+    w->scale_b = calloc((size_t)w->copies, sizeof *w->scale_b);
+    if (!w->b || !w->scale_b)
+        goto oom;
+    for (c = 0; c < w->copies; c++) {
+        w->b[c] = buf_alloc(nk);
+        w->scale_b[c] = buf_alloc((size_t)L->n * sizeof(float));
+        if (!w->b[c] || !w->scale_b[c])
+            goto oom;
+        memcpy(w->b[c], L->weight, nk);
+        for (i = 0; i < (size_t)L->n; i++)
+            w->scale_b[c][i] = L->weight_scale[L->weight_scale_len == 1 ? 0 : i];
+    }
+    if (cfg->baseline) {
+        w->copies_f32 = bench_copies(nk * sizeof(float), cfg->llc_bytes);
+        w->b_f32 = calloc((size_t)w->copies_f32, sizeof *w->b_f32);
+        if (!w->b_f32)
+            goto oom;
+        for (c = 0; c < w->copies_f32; c++) {
+            w->b_f32[c] = buf_alloc(nk * sizeof(float));
+            if (!w->b_f32[c])
+                goto oom;
+            for (i = 0; i < nk; i++)
+                w->b_f32[c][i] = (float)L->weight[i];
+        }
+    }
+    return 0;
+oom:
+    snprintf(err, errsize, "out of memory for the weights of %s (%d int8 copies, %d "
+             "float copies)", L->name, w->copies, w->copies_f32);
+    bench_weights_free(w);
+    return -1;
+}
+
 /* Adds the metadata that describes the run. */
 static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                      const char *llc_source)
@@ -248,6 +350,9 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? " " : "",
                  o->models[i]->name);
     out_meta_str(t, "models", buf);
+    if (o->checkpoint)
+        out_meta_str(t, "weights", "the checkpoint's int8 weights and weight scales; "
+                     "activations random bf16, quantized dynamic per-token");
     out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
                  "smm_scaled_mm (per-token x per-channel, bf16 out); medians after "
                  "one warm-up");
@@ -309,6 +414,7 @@ int cmd_bench(int argc, char **argv)
 {
     bench_opts o;
     bench_config cfg;
+    ckpt_bench cb;
     out_table *t = NULL;
     const char *llc_source = "";
     smm_backend backend;
@@ -321,13 +427,25 @@ int cmd_bench(int argc, char **argv)
         return pr > 0 ? EXIT_PASS : EXIT_USAGE;
 
     memset(&cfg, 0, sizeof cfg);
+    memset(&cb, 0, sizeof cb);
+    if (o.checkpoint) {
+        if (ckpt_open(&cb, o.checkpoint) != 0) {
+            ckpt_close(&cb);
+            return EXIT_FAILED;
+        }
+        o.models[0] = &cb.shapes;
+        o.nmodels = 1;
+    }
     if (getloadavg(&o.load_before, 1) != 1)
         o.load_before = -1.0;
-    if (cli_open_backend("bench", o.backend, &cfg.ctx) != 0)
+    if (cli_open_backend("bench", o.backend, &cfg.ctx) != 0) {
+        ckpt_close(&cb);
         return EXIT_FAILED;
+    }
     backend = smm_context_backend(cfg.ctx);
     if (smm_context_create(&cfg.ref, SMM_BACKEND_REFERENCE) != SMM_OK) {
         smm_context_destroy(cfg.ctx);
+        ckpt_close(&cb);
         return cli_error("bench", "cannot create the reference context");
     }
     cfg.threads = o.threads > 0 ? o.threads : sysinfo_default_threads();
@@ -362,8 +480,10 @@ int cmd_bench(int argc, char **argv)
 
             progress_update("[%d/%d] %s %s: preparing weights ...", index + 1, total,
                             model->name, layer->name);
-            if (bench_weights_init(&w, &cfg, layer->n, layer->k, (uint64_t)mi,
-                                   (uint64_t)li, err, sizeof err) != 0) {
+            if ((o.checkpoint
+                 ? ckpt_weights_init(&w, &cfg, &cb.model->layers[li], err, sizeof err)
+                 : bench_weights_init(&w, &cfg, layer->n, layer->k, (uint64_t)mi,
+                                      (uint64_t)li, err, sizeof err)) != 0) {
                 progress_clear();
                 cli_error("bench", "%s %s: %s", model->name, layer->name, err);
                 for (k = 0; k < o.nm; k++)
@@ -407,5 +527,6 @@ done:
     out_table_free(t);
     smm_context_destroy(cfg.ctx);
     smm_context_destroy(cfg.ref);
+    ckpt_close(&cb);
     return rc;
 }

@@ -26,4 +26,13 @@ void cmd_check_help(FILE *f);
 int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *f);
 
+int cmd_quantize(int argc, char **argv);
+void cmd_quantize_help(FILE *f);
+
+int cmd_run(int argc, char **argv);
+void cmd_run_help(FILE *f);
+
+int cmd_accuracy(int argc, char **argv);
+void cmd_accuracy_help(FILE *f);
+
 #endif

@@ -1,9 +1,12 @@
 /*
  * main.c - `scaledmm`: entry point, subcommand dispatch, --help, --version.
  *
- *   scaledmm info    library, CPU and backends
- *   scaledmm check   the conformance battery against the reference
- *   scaledmm bench   w8a8 linear layers of real models
+ *   scaledmm info      library, CPU and backends
+ *   scaledmm check     the conformance battery against the reference
+ *   scaledmm bench     w8a8 linear layers of real models
+ *   scaledmm quantize  float checkpoint -> compressed-tensors w8a8
+ *   scaledmm run       one layer of a w8a8 checkpoint
+ *   scaledmm accuracy  w8a8 layers against float32 SGEMM
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -26,6 +29,12 @@ static const command commands[] = {
       cmd_check, cmd_check_help },
     { "bench", "time the w8a8 linear layers of real models, verified bit for bit",
       cmd_bench, cmd_bench_help },
+    { "quantize", "turn a float checkpoint into a compressed-tensors int8 w8a8 one",
+      cmd_quantize, cmd_quantize_help },
+    { "run", "run one linear layer of a w8a8 checkpoint on activations from a file",
+      cmd_run, cmd_run_help },
+    { "accuracy", "error of each w8a8 layer against float32 SGEMM; backends agree?",
+      cmd_accuracy, cmd_accuracy_help },
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -50,7 +59,7 @@ static void usage(FILE *f)
           "\n"
           "Commands:\n", f);
     for (i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
           "Run 'scaledmm COMMAND --help' for a command's options.\n"
           "\n"
@@ -106,7 +115,8 @@ int main(int argc, char **argv)
                                argv[1]);
     cmd = find_command(argv[1]);
     if (!cmd)
-        return cli_usage_error(NULL, "unknown command '%s' (expected info, check or bench)",
+        return cli_usage_error(NULL, "unknown command '%s' (expected info, check, "
+                               "bench, quantize, run or accuracy)",
                                argv[1]);
     return cmd->run(argc - 1, argv + 1);
 }

@@ -1,0 +1,828 @@
+/*
+ * check_checkpoint.c - compressed-tensors w8a8 checkpoints (tools/ctensors.c):
+ * quantizing a small sharded float checkpoint made here, golden checks of
+ * the quantized weights and scales against the documented formula
+ * (recomputed independently), running the layers on every backend bit for
+ * bit, each activation scheme against the library calls it maps to, and
+ * the rejection of unsupported schemes with messages that name the field.
+ */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctensors.h"
+#include "safetensors.h"
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static void make_tmpdir(char *buf, size_t len)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, len, "%s/smm-ckpt-XXXXXX", base && *base ? base : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(buf));
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[4096];
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char p[4096];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq((int)fwrite(text, 1, strlen(text), f), (int)strlen(text));
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_json(const char *dir, const char *name, json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(1));
+    ck_assert_ptr_nonnull(s);
+    write_text(dir, name, s);
+    free(s);
+}
+
+/* Uniform float in [-1, 1). */
+static float frand(cf_rng *r)
+{
+    return (float)((double)(cf_rng_next(r) >> 40) / (double)(1u << 23)) - 1.0f;
+}
+
+/* A tensor description pointing at caller data. */
+static st_tensor tensor(const char *name, st_dtype dt, int ndim, int64_t d0, int64_t d1,
+                        const void *data)
+{
+    st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.data = data;
+    t.nbytes = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1) * st_dtype_size(dt);
+    return t;
+}
+
+static void write_st(const char *dir, const char *file, const st_tensor *ts, size_t n)
+{
+    char p[4096], err[512];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    ck_assert_msg(st_write(p, ts, n, NULL, NULL, 0, err, sizeof err) == 0, "st_write: %s", err);
+}
+
+/* Widening of a F32/F16/BF16 tensor element, written independently of
+ * ctensors.c. */
+static float elem(const st_tensor *t, size_t i)
+{
+    const unsigned char *p = t->data;
+    uint16_t h;
+    float f;
+    if (t->dtype == ST_F32) {
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, p + 2 * i, 2);
+    return t->dtype == ST_F16 ? smm_f16_to_f32(h) : smm_bf16_to_f32(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* The float checkpoint                                                */
+/* ------------------------------------------------------------------ */
+
+/* Layers: q_proj 37 x 29 F32 with bias, down_proj 5 x 130 BF16, up_proj
+ * 64 x 1 F16; not Linear: embed_tokens 11 x 29, norm 29, lm_head 11 x 29.
+ * Two shards with an index. */
+#define NQ 37
+#define KQ 29
+typedef struct float_ckpt {
+    float q[NQ * KQ], qb[NQ];
+    uint16_t down[5 * 130];
+    uint16_t up[64];
+    float embed[11 * KQ], norm[KQ], head[11 * KQ];
+} float_ckpt;
+
+static const char *const shard_a = "model-00001-of-00002.safetensors";
+static const char *const shard_b = "model-00002-of-00002.safetensors";
+
+static void make_float_ckpt(const char *dir, float_ckpt *c, cf_rng *r)
+{
+    int i;
+    static const float tie_row[5] = { 127.5f, 0.5f, 1.5f, -2.5f, 2.5f };
+    json_t *idx, *wm;
+    st_tensor a[4], b[3];
+
+    for (i = 0; i < NQ * KQ; i++)
+        c->q[i] = frand(r) * 0.05f;
+    for (i = 0; i < KQ; i++) {
+        c->q[0 * KQ + i] = 0.0f;                     /* zero row: eps scale */
+        c->q[1 * KQ + i] = i < 5 ? tie_row[i] : 0.0f; /* scale 1, ties */
+        c->q[2 * KQ + i] = c->q[3 * KQ + i] = 0.0f;
+    }
+    c->q[2 * KQ + 3] = -0.75f;                       /* negative amax -> -128 */
+    c->q[2 * KQ + 4] = 0.25f;
+    c->q[3 * KQ + 7] = 1e-40f;                       /* subnormal-only row */
+    for (i = 0; i < NQ; i++)
+        c->qb[i] = frand(r);
+    for (i = 0; i < 5 * 130; i++)
+        c->down[i] = smm_f32_to_bf16(frand(r) * (i % 13 == 0 ? 3.0f : 0.1f));
+    for (i = 0; i < 64; i++)
+        c->up[i] = smm_f32_to_f16(frand(r));
+    for (i = 0; i < 11 * KQ; i++) {
+        c->embed[i] = frand(r);
+        c->head[i] = frand(r);
+    }
+    for (i = 0; i < KQ; i++)
+        c->norm[i] = 1.0f + frand(r) * 0.1f;
+
+    a[0] = tensor("model.embed_tokens.weight", ST_F32, 2, 11, KQ, c->embed);
+    a[1] = tensor("model.layers.0.self_attn.q_proj.weight", ST_F32, 2, NQ, KQ, c->q);
+    a[2] = tensor("model.layers.0.self_attn.q_proj.bias", ST_F32, 1, NQ, 0, c->qb);
+    a[3] = tensor("model.norm.weight", ST_F32, 1, KQ, 0, c->norm);
+    b[0] = tensor("model.layers.0.mlp.down_proj.weight", ST_BF16, 2, 5, 130, c->down);
+    b[1] = tensor("model.layers.1.mlp.up_proj.weight", ST_F16, 2, 64, 1, c->up);
+    b[2] = tensor("lm_head.weight", ST_F32, 2, 11, KQ, c->head);
+    write_st(dir, shard_a, a, 4);
+    write_st(dir, shard_b, b, 3);
+
+    wm = json_object();
+    for (i = 0; i < 4; i++)
+        json_object_set_new(wm, a[i].name, json_string(shard_a));
+    for (i = 0; i < 3; i++)
+        json_object_set_new(wm, b[i].name, json_string(shard_b));
+    idx = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0, "weight_map", wm);
+    write_json(dir, "model.safetensors.index.json", idx);
+    json_decref(idx);
+    write_text(dir, "config.json", "{\"architectures\": [\"LlamaForCausalLM\"], "
+               "\"hidden_size\": 29, \"torch_dtype\": \"float32\"}");
+    write_text(dir, "tokenizer.json", "{\"version\": \"1.0\"}");
+}
+
+/* Independent per-channel symmetric quantization of one row: the scale
+ * from the largest magnitude, ties rounded to even by hand. */
+static float golden_row(const float *w, int64_t k, int8_t *q)
+{
+    float amax = 0.0f, scale;
+    int64_t i;
+    for (i = 0; i < k; i++)
+        if (fabsf(w[i]) > amax)
+            amax = fabsf(w[i]);
+    scale = amax / 127.5f;
+    if (scale == 0.0f)
+        scale = 0x1p-23f;
+    for (i = 0; i < k; i++) {
+        float v = w[i] / scale;
+        float fl = floorf(v), d = v - fl;
+        float rv = d > 0.5f ? fl + 1.0f : d < 0.5f ? fl : (fmodf(fl, 2.0f) == 0.0f ? fl : fl + 1.0f);
+        if (rv < -128.0f)
+            rv = -128.0f;
+        if (rv > 127.0f)
+            rv = 127.0f;
+        q[i] = (int8_t)rv;
+    }
+    return scale;
+}
+
+static void quantize_dirs(char *in, char *out, size_t len, float_ckpt *c, cf_rng *r)
+{
+    char err[1024] = "";
+    make_tmpdir(in, len);
+    make_tmpdir(out, len);
+    make_float_ckpt(in, c, r);
+    ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0,
+                  "ct_quantize_checkpoint: %s", err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Tests                                                               */
+/* ------------------------------------------------------------------ */
+
+static void check_quantized(const st_checkpoint *in, const st_checkpoint *out,
+                            const char *module)
+{
+    char name[512];
+    const st_tensor *w, *q, *s;
+    int64_t n, k, r, i;
+    float *row;
+    int8_t *gq;
+
+    snprintf(name, sizeof name, "%s.weight", module);
+    w = st_checkpoint_find(in, name);
+    q = st_checkpoint_find(out, name);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(q);
+    snprintf(name, sizeof name, "%s.weight_scale", module);
+    s = st_checkpoint_find(out, name);
+    ck_assert_msg(s != NULL, "%s missing", name);
+    n = w->shape[0];
+    k = w->shape[1];
+    ck_assert_int_eq(q->dtype, ST_I8);
+    ck_assert_int_eq(q->ndim, 2);
+    ck_assert_int_eq(q->shape[0], n);
+    ck_assert_int_eq(q->shape[1], k);
+    ck_assert_int_eq(s->dtype, ST_F32);
+    ck_assert_int_eq(s->ndim, 2);
+    ck_assert_int_eq(s->shape[0], n);
+    ck_assert_int_eq(s->shape[1], 1);
+    row = malloc((size_t)k * sizeof *row);
+    gq = malloc((size_t)k);
+    for (r = 0; r < n; r++) {
+        float gs, os;
+        for (i = 0; i < k; i++)
+            row[i] = elem(w, (size_t)(r * k + i));
+        gs = golden_row(row, k, gq);
+        memcpy(&os, (const char *)s->data + 4 * r, 4);
+        ck_assert_msg(memcmp(&gs, &os, 4) == 0, "%s row %lld: scale %a, expected %a",
+                      module, (long long)r, (double)os, (double)gs);
+        ck_assert_msg(memcmp(gq, (const int8_t *)q->data + r * k, (size_t)k) == 0,
+                      "%s row %lld: quantized values differ from the formula", module,
+                      (long long)r);
+    }
+    free(row);
+    free(gq);
+}
+
+START_TEST(test_quantize_golden)
+{
+    char in[512], out[512], err[1024], p[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("quantize_golden");
+    st_checkpoint *ci, *co;
+    const char *copied[] = { "model.embed_tokens.weight", "model.norm.weight",
+                             "lm_head.weight", "model.layers.0.self_attn.q_proj.bias" };
+    const st_tensor *q;
+    ct_config *cfg;
+    const ct_scheme *s;
+    json_t *idx;
+    json_error_t je;
+    float sc;
+    size_t i;
+
+    quantize_dirs(in, out, sizeof in, c, &r);
+    ci = st_checkpoint_open(in, err, sizeof err);
+    ck_assert_msg(ci != NULL, "%s", err);
+    co = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(co != NULL, "%s", err);
+
+    check_quantized(ci, co, "model.layers.0.self_attn.q_proj");
+    check_quantized(ci, co, "model.layers.0.mlp.down_proj");
+    check_quantized(ci, co, "model.layers.1.mlp.up_proj");
+
+    /* hand-checked rows of q_proj */
+    q = st_checkpoint_find(co, "model.layers.0.self_attn.q_proj.weight");
+    {
+        static const int8_t ties[5] = { 127, 0, 2, -2, 2 };
+        const int8_t *d = q->data;
+        const st_tensor *st = st_checkpoint_find(co, "model.layers.0.self_attn.q_proj.weight_scale");
+        ck_assert_mem_eq(d + 1 * KQ, ties, 5);
+        ck_assert_int_eq(d[2 * KQ + 3], -128);          /* -0.75 / (0.75 / 127.5) */
+        memcpy(&sc, st->data, 4);
+        ck_assert_msg(sc == FLT_EPSILON, "zero row: scale %a, expected FLT_EPSILON", (double)sc);
+        memcpy(&sc, (const char *)st->data + 4, 4);
+        ck_assert(sc == 1.0f);
+        for (i = 0; i < KQ; i++)
+            ck_assert_int_eq(d[i], 0);
+    }
+
+    /* everything else unchanged */
+    for (i = 0; i < sizeof copied / sizeof copied[0]; i++) {
+        const st_tensor *a = st_checkpoint_find(ci, copied[i]), *b = st_checkpoint_find(co, copied[i]);
+        ck_assert_msg(a && b, "%s missing", copied[i]);
+        ck_assert_int_eq(a->dtype, b->dtype);
+        ck_assert_int_eq(a->ndim, b->ndim);
+        ck_assert_int_eq(a->nbytes, b->nbytes);
+        ck_assert_msg(memcmp(a->data, b->data, a->nbytes) == 0, "%s changed", copied[i]);
+    }
+    ck_assert_uint_eq(st_checkpoint_count(co), st_checkpoint_count(ci) + 3);
+
+    /* shards mirror the input; the index maps the scales to their weight's shard */
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", out);
+    idx = json_load_file(p, 0, &je);
+    ck_assert_msg(idx != NULL, "%s: %s", p, je.text);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(idx, "weight_map"),
+                     "model.layers.0.self_attn.q_proj.weight_scale")), shard_a);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(idx, "weight_map"),
+                     "model.layers.0.mlp.down_proj.weight_scale")), shard_b);
+    json_decref(idx);
+    snprintf(p, sizeof p, "%s/%s", out, shard_b);
+    ck_assert_int_eq(access(p, R_OK), 0);
+    snprintf(p, sizeof p, "%s/tokenizer.json", out);
+    ck_assert_int_eq(access(p, R_OK), 0);
+
+    /* the config it wrote: the input's keys plus the scheme */
+    cfg = ct_config_load(out, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    s = ct_config_match(cfg, "model.layers.0.mlp.down_proj", NULL);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(s->weight_per_channel, 1);
+    ck_assert_int_eq(s->act_dynamic, 1);
+    ck_assert_int_eq(s->act_symmetric, 1);
+    ck_assert(ct_config_ignored(cfg, "lm_head"));
+    ck_assert_ptr_null(ct_config_match(cfg, "lm_head", NULL));
+    ct_config_free(cfg);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    idx = json_load_file(p, 0, &je);
+    ck_assert_ptr_nonnull(idx);
+    ck_assert_int_eq(json_integer_value(json_object_get(idx, "hidden_size")), 29);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(idx,
+                     "quantization_config"), "format")), "int-quantized");
+    json_decref(idx);
+
+    st_checkpoint_close(ci);
+    st_checkpoint_close(co);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
+
+static int guards_ok(const tu_buf *b)
+{
+    size_t i;
+    for (i = 0; i < b->guard; i++)
+        if (b->mem[i] != b->poison)
+            return 0;
+    for (i = 0; i < 64; i++)
+        if (b->p[b->size + i] != b->poison)
+            return 0;
+    return 1;
+}
+
+/* Runs the layer on ctx with two poisons; checks the guards and that both
+ * runs wrote the same (hence every) byte. Returns the output (malloc'd). */
+static void *forward_checked(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
+                             smm_dtype dt, size_t esz)
+{
+    size_t bytes = (size_t)m * (size_t)L->n * esz;
+    tu_buf y1, y2;
+    char err[1024];
+    void *res;
+    tu_buf_alloc(&y1, bytes, 3, 0xA5);
+    tu_buf_alloc(&y2, bytes, 0, 0x5A);
+    ck_assert_msg(ct_layer_forward(ctx, L, m, x, dt, y1.p, dt, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ct_layer_forward(ctx, L, m, x, dt, y2.p, dt, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(guards_ok(&y1) && guards_ok(&y2), "%s: bytes outside the output written",
+                  L->name);
+    ck_assert_msg(memcmp(y1.p, y2.p, bytes) == 0, "%s: output not fully written or not "
+                  "deterministic", L->name);
+    res = malloc(bytes);
+    memcpy(res, y1.p, bytes);
+    tu_buf_free(&y1);
+    tu_buf_free(&y2);
+    return res;
+}
+
+/* What the layer must compute: the library calls of its scheme, spelled out
+ * here, on the reference backend. */
+static void *expected_forward(const ct_layer *L, int64_t m, const void *x, smm_dtype dt,
+                              size_t esz)
+{
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    int8_t *q = malloc((size_t)(m * L->k));
+    float *sa = malloc((size_t)m * sizeof *sa);
+    int32_t *z = malloc((size_t)m * sizeof *z);
+    void *y = malloc((size_t)(m * L->n) * esz);
+    smm_quantize_args qa = { 0 };
+    smm_scaled_mm_args a = { 0 };
+    int asym = !L->scheme.act_symmetric;
+
+    qa.m = m; qa.k = L->k; qa.x = x; qa.x_dtype = dt; qa.ldx = L->k;
+    qa.q = q; qa.ldq = L->k; qa.scale = sa; qa.azp = asym ? z : NULL;
+    if (L->scheme.act_dynamic) {
+        qa.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+    } else {
+        qa.mode = SMM_QUANT_STATIC_PER_TENSOR;
+        sa[0] = L->input_scale;
+        z[0] = L->input_zero_point;
+    }
+    ck_assert_int_eq(smm_quantize_i8(ref, &qa), SMM_OK);
+    a.m = m; a.n = L->n; a.k = L->k; a.a = q; a.lda = L->k; a.b = L->weight; a.ldb = L->k;
+    a.scale_a = sa; a.scale_a_len = L->scheme.act_dynamic ? m : 1;
+    a.scale_b = L->weight_scale; a.scale_b_len = L->scheme.weight_per_channel ? L->n : 1;
+    a.bias = L->bias;
+    a.azp = asym ? z : NULL; a.azp_len = L->scheme.act_dynamic ? m : 1;
+    a.c = y; a.ldc = L->n; a.c_dtype = dt;
+    ck_assert_int_eq(smm_scaled_mm(ref, &a), SMM_OK);
+    smm_context_destroy(ref);
+    free(q);
+    free(sa);
+    free(z);
+    return y;
+}
+
+static void fill_x(cf_rng *r, void *x, size_t count, smm_dtype dt, float range)
+{
+    size_t i;
+    for (i = 0; i < count; i++) {
+        float v = frand(r) * range * (i % 17 == 5 ? 40.0f : 1.0f);   /* outlier column */
+        if (dt == SMM_DTYPE_F32)
+            ((float *)x)[i] = v;
+        else if (dt == SMM_DTYPE_F16)
+            ((uint16_t *)x)[i] = smm_f32_to_f16(v);
+        else
+            ((uint16_t *)x)[i] = smm_f32_to_bf16(v);
+    }
+}
+
+/* Every layer of a model, M in {1, 7}, x in each float type, every backend
+ * at 1 and 3 threads: equal to the spelled-out library calls. */
+static void run_model_everywhere(const ct_model *model, cf_rng *r)
+{
+    static const smm_dtype dts[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
+    static const int64_t ms[2] = { 1, 7 };
+    smm_backend bs[4];
+    int nb = tu_backends(bs);
+    size_t li;
+    for (li = 0; li < model->nlayers; li++) {
+        const ct_layer *L = &model->layers[li];
+        for (int di = 0; di < 3; di++)
+            for (int mi = 0; mi < 2; mi++) {
+                size_t esz = dts[di] == SMM_DTYPE_F32 ? 4 : 2;
+                int64_t m = ms[mi];
+                void *x = malloc((size_t)(m * L->k) * esz), *want;
+                fill_x(r, x, (size_t)(m * L->k), dts[di], 2.0f);
+                want = expected_forward(L, m, x, dts[di], esz);
+                for (int b = 0; b < nb; b++)
+                    for (int th = 1; th <= 3; th += 2) {
+                        smm_context *ctx = tu_ctx(bs[b], th);
+                        void *got = forward_checked(ctx, L, m, x, dts[di], esz);
+                        if (memcmp(got, want, (size_t)(m * L->n) * esz) != 0) {
+                            char desc[256];
+                            snprintf(desc, sizeof desc, "layer %s (%lld x %lld), M=%lld, %s",
+                                     L->name, (long long)L->n, (long long)L->k,
+                                     (long long)m, smm_dtype_name(dts[di]));
+                            TU_FAIL_CASE(bs[b], th, desc, "output differs from the "
+                                         "library calls of the layer's scheme");
+                        }
+                        free(got);
+                        smm_context_destroy(ctx);
+                    }
+                free(want);
+                free(x);
+            }
+    }
+}
+
+START_TEST(test_quantize_reload_run)
+{
+    char in[512], out[512], err[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("quantize_reload_run");
+    ct_model *model;
+    const ct_layer *L;
+
+    quantize_dirs(in, out, sizeof in, c, &r);
+    model = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(model != NULL, "ct_model_open: %s", err);
+    ck_assert_uint_eq(model->nlayers, 3);
+    ck_assert_ptr_null(ct_model_find(model, "lm_head"));
+    L = ct_model_find(model, "model.layers.0.self_attn.q_proj");
+    ck_assert_ptr_nonnull(L);
+    ck_assert_ptr_nonnull(L->bias);
+    ck_assert(memcmp(L->bias, c->qb, sizeof c->qb) == 0);
+    ck_assert_int_eq(L->weight_scale_len, NQ);
+    L = ct_model_find(model, "model.layers.1.mlp.up_proj");
+    ck_assert_ptr_nonnull(L);
+    ck_assert_int_eq(L->n, 64);
+    ck_assert_int_eq(L->k, 1);
+    ck_assert_ptr_null(L->bias);
+    run_model_everywhere(model, &r);
+    ct_model_close(model);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
+
+/* A hand-written w8a8 checkpoint with one layer per scheme: per-tensor
+ * weights, static symmetric and asymmetric activations, dynamic
+ * asymmetric, targets by exact name and by regex. */
+START_TEST(test_schemes)
+{
+    char dir[512], err[1024];
+    cf_rng r = tu_rng("schemes");
+    enum { N = 19, K = 45 };
+    static int8_t w[4][N * K];
+    static float ws_ch[N], ws_t[1] = { 0.0123f }, isc[1] = { 0.037f }, bias[N];
+    static int8_t zp8[1] = { -7 };
+    static int32_t zp32[1] = { 11 };
+    st_tensor ts[16];
+    size_t n = 0;
+    int i, j;
+    json_t *cfg;
+    ct_model *model;
+    const ct_layer *L;
+
+    make_tmpdir(dir, sizeof dir);
+    for (j = 0; j < 4; j++)
+        for (i = 0; i < N * K; i++)
+            w[j][i] = (int8_t)cf_rng_range(&r, -128, 127);
+    for (i = 0; i < N; i++) {
+        ws_ch[i] = 1e-3f * (1.0f + (float)i);
+        bias[i] = frand(&r);
+    }
+    /* a: dynamic asymmetric, channel, bias   (group "dyn_asym", exact name)
+     * b: static symmetric, tensor            (group "static_sym", regex)
+     * c: static asymmetric (I8 zero point)   (group "static_asym", regex)
+     * d: static asymmetric (I32 zero point), channel weights (same group) */
+    ts[n++] = tensor("m.a.weight", ST_I8, 2, N, K, w[0]);
+    ts[n++] = tensor("m.a.weight_scale", ST_F32, 2, N, 1, ws_ch);
+    ts[n++] = tensor("m.a.bias", ST_F32, 1, N, 0, bias);
+    ts[n++] = tensor("m.b.weight", ST_I8, 2, N, K, w[1]);
+    ts[n++] = tensor("m.b.weight_scale", ST_F32, 1, 1, 0, ws_t);
+    ts[n++] = tensor("m.b.input_scale", ST_F32, 1, 1, 0, isc);
+    ts[n++] = tensor("m.c.weight", ST_I8, 2, N, K, w[2]);
+    ts[n++] = tensor("m.c.weight_scale", ST_F32, 1, N, 0, ws_ch);
+    ts[n++] = tensor("m.c.input_scale", ST_F32, 1, 1, 0, isc);
+    ts[n++] = tensor("m.c.input_zero_point", ST_I8, 1, 1, 0, zp8);
+    ts[n++] = tensor("m.d.weight", ST_I8, 2, N, K, w[3]);
+    ts[n++] = tensor("m.d.weight_scale", ST_F32, 2, N, 1, ws_ch);
+    ts[n++] = tensor("m.d.input_scale", ST_F32, 1, 1, 0, isc);
+    ts[n++] = tensor("m.d.input_zero_point", ST_I32, 1, 1, 0, zp32);
+    write_st(dir, "model.safetensors", ts, n);
+    cfg = json_pack(
+        "{s:{s:s, s:s, s:[s], s:{"
+        "s:{s:[s], s:{s:i, s:s, s:b, s:s, s:b}, s:{s:i, s:s, s:b, s:s, s:b}},"
+        "s:{s:[s], s:{s:i, s:s, s:b, s:s, s:b}, s:{s:i, s:s, s:b, s:s, s:b}},"
+        "s:{s:[s], s:{s:i, s:s, s:b, s:s, s:b}, s:{s:i, s:s, s:b, s:s, s:b}}}}}",
+        "quantization_config", "quant_method", "compressed-tensors", "format", "int-quantized",
+        "ignore", "lm_head", "config_groups",
+        "dyn_asym", "targets", "m.a",
+        "weights", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "channel", "dynamic", 0,
+        "input_activations", "num_bits", 8, "type", "int", "symmetric", 0, "strategy", "token", "dynamic", 1,
+        "static_sym", "targets", "re:m\\.b$",
+        "weights", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "tensor", "dynamic", 0,
+        "input_activations", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "tensor", "dynamic", 0,
+        "static_asym", "targets", "re:m\\.[cd]",
+        "weights", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "channel", "dynamic", 0,
+        "input_activations", "num_bits", 8, "type", "int", "symmetric", 0, "strategy", "tensor", "dynamic", 0);
+    ck_assert_ptr_nonnull(cfg);
+    write_json(dir, "config.json", cfg);
+    json_decref(cfg);
+
+    model = ct_model_open(dir, err, sizeof err);
+    ck_assert_msg(model != NULL, "ct_model_open: %s", err);
+    ck_assert_uint_eq(model->nlayers, 4);
+    L = ct_model_find(model, "m.a");
+    ck_assert(L->scheme.act_dynamic && !L->scheme.act_symmetric && L->scheme.weight_per_channel);
+    ck_assert_str_eq(L->group, "dyn_asym");
+    ck_assert_ptr_nonnull(L->bias);
+    L = ct_model_find(model, "m.b");
+    ck_assert(!L->scheme.act_dynamic && L->scheme.act_symmetric && !L->scheme.weight_per_channel);
+    ck_assert_int_eq(L->weight_scale_len, 1);
+    ck_assert(L->input_scale == isc[0]);
+    L = ct_model_find(model, "m.c");
+    ck_assert(!L->scheme.act_dynamic && !L->scheme.act_symmetric);
+    ck_assert_str_eq(L->group, "static_asym");
+    ck_assert_int_eq(L->input_zero_point, -7);
+    L = ct_model_find(model, "m.d");
+    ck_assert_int_eq(L->input_zero_point, 11);
+    ck_assert_int_eq(L->weight_scale_len, N);
+    run_model_everywhere(model, &r);
+    ct_model_close(model);
+    rm_tree(dir);
+}
+END_TEST
+
+/* A base config (one group, channel weights, dynamic token activations). */
+static json_t *base_config(void)
+{
+    return json_pack(
+        "{s:s, s:{s:s, s:s, s:[s], s:{s:{s:[s], s:{s:i, s:s, s:b, s:s, s:b, s:n},"
+        " s:{s:i, s:s, s:b, s:s, s:b, s:n}}}}}",
+        "model_type", "llama",
+        "quantization_config", "quant_method", "compressed-tensors", "format", "int-quantized",
+        "ignore", "lm_head", "config_groups", "group_0", "targets", "Linear",
+        "weights", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "channel",
+        "dynamic", 0, "group_size",
+        "input_activations", "num_bits", 8, "type", "int", "symmetric", 1, "strategy", "token",
+        "dynamic", 1, "group_size");
+}
+
+static json_t *qc_of(json_t *c) { return json_object_get(c, "quantization_config"); }
+static json_t *grp_of(json_t *c, const char *part)
+{
+    json_t *g = json_object_get(json_object_get(qc_of(c), "config_groups"), "group_0");
+    return part ? json_object_get(g, part) : g;
+}
+
+/* Unsupported schemes: each mutation of the base config must be rejected
+ * with a message naming the field. */
+START_TEST(test_reject_config)
+{
+    static const struct { const char *part, *key, *json, *want; } cases[] = {
+        { "weights", "strategy", "\"group\"",
+          "config.json: quantization_config.config_groups.group_0.weights.strategy: "
+          "\"group\" is not supported (tensor or channel)" },
+        { "weights", "strategy", "\"block\"", "group_0.weights.strategy: \"block\"" },
+        { "weights", "num_bits", "4", "group_0.weights.num_bits: 4 is not supported (8)" },
+        { "input_activations", "num_bits", "16", "input_activations.num_bits: 16" },
+        { "weights", "type", "\"float\"", "group_0.weights.type: \"float\" is not supported (int)" },
+        { "input_activations", "type", "\"float\"", "input_activations.type: \"float\"" },
+        { "weights", "symmetric", "false", "group_0.weights.symmetric: false" },
+        { "weights", "group_size", "128", "group_0.weights.group_size: 128" },
+        { "weights", "actorder", "\"group\"", "group_0.weights.actorder: \"group\"" },
+        { "weights", "block_structure", "[128, 128]", "group_0.weights.block_structure" },
+        { "weights", "dynamic", "true", "group_0.weights.dynamic: true" },
+        { "input_activations", "dynamic", "false", "input_activations.dynamic: false" },
+        { "input_activations", "strategy", "\"tensor\"", "input_activations.dynamic: true" },
+        { "input_activations", "strategy", "\"group\"",
+          "input_activations.strategy: \"group\" is not supported (token or tensor)" },
+        { "input_activations", "strategy", "\"attn_head\"", "input_activations.strategy" },
+        { "input_activations", "dynamic", "\"local\"", "input_activations.dynamic: \"local\"" },
+        { NULL, "input_activations", "null", "group_0.input_activations: null is not supported" },
+        { NULL, "weights", "null", "group_0.weights: null is not supported" },
+        { NULL, "output_activations", "{\"num_bits\": 8}", "group_0.output_activations" },
+        { NULL, "targets", "[]", "group_0.targets" },
+        { NULL, "targets", "[\"re:((\"]", "group_0.targets[0]: \"re:((\"" },
+        { "qc", "quant_method", "\"gptq\"", "quantization_config.quant_method: \"gptq\"" },
+        { "qc", "format", "\"float-quantized\"", "quantization_config.format: \"float-quantized\"" },
+        { "qc", "format", "\"pack-quantized\"", "quantization_config.format" },
+        { "qc", "ignore", "[\"lm_head\", \"re:a[\"]", "quantization_config.ignore[1]" },
+        { "qc", "config_groups", "{}", "quantization_config.config_groups: an empty object" },
+        { "top", "quantization_config", "null", "config.json: quantization_config: not an object" },
+    };
+    char err[1024];
+    size_t i;
+    ct_config *c;
+    json_t *base = base_config();
+    char *text = json_dumps(base, 0);
+
+    /* the base itself parses */
+    c = ct_config_parse(text, strlen(text), "config.json", err, sizeof err);
+    ck_assert_msg(c != NULL, "base config rejected: %s", err);
+    ct_config_free(c);
+    free(text);
+    json_decref(base);
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *cfg = base_config(), *v, *obj;
+        json_error_t je;
+        v = json_loads(cases[i].json, JSON_DECODE_ANY, &je);
+        ck_assert_msg(v != NULL, "case %zu: %s", i, je.text);
+        if (!cases[i].part)
+            obj = grp_of(cfg, NULL);
+        else if (strcmp(cases[i].part, "qc") == 0)
+            obj = qc_of(cfg);
+        else if (strcmp(cases[i].part, "top") == 0)
+            obj = cfg;
+        else
+            obj = grp_of(cfg, cases[i].part);
+        json_object_set_new(obj, cases[i].key, v);
+        text = json_dumps(cfg, 0);
+        err[0] = '\0';
+        c = ct_config_parse(text, strlen(text), "config.json", err, sizeof err);
+        ck_assert_msg(c == NULL, "case %zu (%s.%s = %s) accepted", i,
+                      cases[i].part ? cases[i].part : "group", cases[i].key, cases[i].json);
+        ck_assert_msg(strstr(err, cases[i].want) != NULL,
+                      "case %zu: message\n  %s\ndoes not contain\n  %s", i, err, cases[i].want);
+        free(text);
+        json_decref(cfg);
+    }
+    /* missing entirely */
+    c = ct_config_parse("{}", 2, "config.json", err, sizeof err);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err, "quantization_config: missing"));
+}
+END_TEST
+
+/* Checkpoint-level errors: through ct_model_open and ct_quantize_checkpoint. */
+START_TEST(test_reject_checkpoint)
+{
+    char dir[512], out[512], err[1024];
+    static int8_t w[6 * 4];
+    static float ws_bad[5], ws_ok[6] = { 1, 1, 1, 1, 1, 1 }, fw[6 * 4];
+    st_tensor ts[2];
+    json_t *cfg;
+
+    make_tmpdir(dir, sizeof dir);
+    cfg = base_config();
+    write_json(dir, "config.json", cfg);
+
+    /* weight_scale of the wrong length */
+    ts[0] = tensor("l.weight", ST_I8, 2, 6, 4, w);
+    ts[1] = tensor("l.weight_scale", ST_F32, 2, 5, 1, ws_bad);
+    write_st(dir, "model.safetensors", ts, 2);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "l.weight_scale") != NULL, "%s", err);
+
+    /* missing weight_scale */
+    write_st(dir, "model.safetensors", ts, 1);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "l.weight_scale is missing") != NULL, "%s", err);
+
+    /* static activations without input_scale */
+    json_object_set_new(grp_of(cfg, "input_activations"), "strategy", json_string("tensor"));
+    json_object_set_new(grp_of(cfg, "input_activations"), "dynamic", json_false());
+    write_json(dir, "config.json", cfg);
+    ts[1] = tensor("l.weight_scale", ST_F32, 2, 6, 1, ws_ok);
+    write_st(dir, "model.safetensors", ts, 2);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "l.input_scale is missing") != NULL, "%s", err);
+
+    /* an int8 weight the ignore list names */
+    json_array_append_new(json_object_get(qc_of(cfg), "ignore"), json_string("re:l$"));
+    write_json(dir, "config.json", cfg);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "ignore") != NULL, "%s", err);
+
+    /* quantize: input already quantized */
+    make_tmpdir(out, sizeof out);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "quantization_config already") != NULL, "%s", err);
+
+    /* quantize: non-finite weight, named */
+    write_text(dir, "config.json", "{}");
+    fw[9] = NAN;
+    ts[0] = tensor("x.dense.weight", ST_F32, 2, 6, 4, fw);
+    write_st(dir, "model.safetensors", ts, 1);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "x.dense.weight") && strstr(err, "[2, 1]"), "%s", err);
+
+    /* quantize: output = input */
+    fw[9] = 0.5f;
+    write_st(dir, "model.safetensors", ts, 1);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, dir, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "input directory") != NULL, "%s", err);
+    /* and the good case works with an empty config */
+    ck_assert_msg(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err) == 0, "%s", err);
+
+    json_decref(cfg);
+    rm_tree(dir);
+    rm_tree(out);
+}
+END_TEST
+
+/* Which tensors count as Linear weights. */
+START_TEST(test_linear_rule)
+{
+    static const struct { const char *name; int ndim; st_dtype dt; int linear; } cases[] = {
+        { "encoder.layer.0.attention.self.query.weight", 2, ST_F32, 1 },
+        { "model.layers.3.mlp.down_proj.weight", 2, ST_BF16, 1 },
+        { "pooler.dense.weight", 2, ST_F16, 1 },
+        { "embeddings.word_embeddings.weight", 2, ST_F32, 0 },
+        { "model.embed_tokens.weight", 2, ST_F32, 0 },
+        { "encoder.layer.0.attention.output.LayerNorm.weight", 1, ST_F32, 0 },
+        { "model.layers.0.input_layernorm.weight", 2, ST_F32, 0 },
+        { "lm_head.weight", 2, ST_F32, 0 },
+        { "model.lm_head.weight", 2, ST_F32, 0 },
+        { "model.layers.0.mlp.down_proj.bias", 1, ST_F32, 0 },
+        { "model.layers.0.mlp.down_proj.weight", 2, ST_I8, 0 },
+        { "conv.weight", 4, ST_F32, 0 },
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_tensor t = tensor(cases[i].name, cases[i].dt, cases[i].ndim, 4, 4, NULL);
+        ck_assert_msg(ct_is_linear_weight(&t) == cases[i].linear, "%s: %d, expected %d",
+                      cases[i].name, ct_is_linear_weight(&t), cases[i].linear);
+    }
+}
+END_TEST
+
+Suite *checkpoint_suite(void);
+Suite *checkpoint_suite(void)
+{
+    Suite *s = suite_create("checkpoint");
+    tcase_add_test(tu_tcase(s, "quantize_golden", 60), test_quantize_golden);
+    tcase_add_test(tu_tcase(s, "quantize_reload_run", 120), test_quantize_reload_run);
+    tcase_add_test(tu_tcase(s, "schemes", 60), test_schemes);
+    tcase_add_test(tu_tcase(s, "reject_config", 30), test_reject_config);
+    tcase_add_test(tu_tcase(s, "reject_checkpoint", 30), test_reject_checkpoint);
+    tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
+    return s;
+}
+
+int main(void)
+{
+    return tu_main(checkpoint_suite(), "check_checkpoint");
+}

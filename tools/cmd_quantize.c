@@ -1,0 +1,82 @@
+/*
+ * cmd_quantize.c - `scaledmm quantize INPUT_DIR OUTPUT_DIR`: a float
+ * checkpoint to a compressed-tensors w8a8 one (ct_quantize_checkpoint in
+ * ctensors.c does the work; doc/accuracy.md gives the formula).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+#include "commands.h"
+#include "ctensors.h"
+
+void cmd_quantize_help(FILE *f)
+{
+    fputs("Usage: scaledmm quantize INPUT_DIR OUTPUT_DIR\n"
+          "\n"
+          "Turns a float checkpoint (F32, F16 or BF16 safetensors: model.safetensors,\n"
+          "or shards listed by model.safetensors.index.json) into a compressed-tensors\n"
+          "int8 w8a8 checkpoint that vLLM serves (format \"int-quantized\"):\n"
+          "  - every Linear weight is quantized per output channel, symmetric, with\n"
+          "    compressed-tensors' formula:\n"
+          "      scale = max(|min(w_row, 0)|, max(w_row, 0)) / 127.5  (float32;\n"
+          "              FLT_EPSILON when 0)\n"
+          "      q     = round_half_even(clamp(w / scale, -128, 127))\n"
+          "    and stored as <module>.weight (I8, N x K) and <module>.weight_scale\n"
+          "    (F32, N x 1);\n"
+          "  - activations are declared dynamic per-token symmetric;\n"
+          "  - every other tensor (embeddings, norms, biases, lm_head) is copied\n"
+          "    unchanged; lm_head is listed in \"ignore\".\n"
+          "A Linear weight is a 2-D float tensor named <module>.weight whose module\n"
+          "name contains neither \"embed\" nor \"norm\" (any case) and does not end in\n"
+          "\"lm_head\".\n"
+          "\n"
+          "OUTPUT_DIR (created when absent) gets the same shard files as INPUT_DIR,\n"
+          "the index rewritten, config.json = the input's plus \"quantization_config\",\n"
+          "and a copy of the other regular files (tokenizer, generation config).\n"
+          "Each file is written to a temporary name and renamed into place.\n"
+          "\n"
+          "Options:\n"
+          "  -h, --help   show this help\n"
+          "\n"
+          "Progress goes to stderr when stderr is a terminal.\n"
+          "Exit status: 0 written, 1 an error (message on stderr), 2 bad command line.\n",
+          f);
+}
+
+static void show_progress(size_t done, size_t total, const char *name, void *user)
+{
+    (void)user;
+    progress_update("[%zu/%zu] %s", done, total, name);
+}
+
+int cmd_quantize(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    char err[1024] = "";
+    int c, rc;
+
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            cmd_quantize_help(stdout);
+            return EXIT_PASS;
+        default:
+            return cli_getopt_error("quantize", c, argv);
+        }
+    }
+    if (argc - optind != 2)
+        return cli_usage_error("quantize", "expected INPUT_DIR and OUTPUT_DIR");
+    rc = ct_quantize_checkpoint(argv[optind], argv[optind + 1],
+                                progress_enabled() ? show_progress : NULL, NULL,
+                                err, sizeof err);
+    progress_clear();
+    if (rc != 0)
+        return cli_error("quantize", "%s", err);
+    return EXIT_PASS;
+}

@@ -1,0 +1,171 @@
+/*
+ * cmd_run.c - `scaledmm run CHECKPOINT --layer NAME --input X --output Y`:
+ * one linear layer of a compressed-tensors w8a8 checkpoint, run as vLLM
+ * runs it (ct_layer_forward), on activations from a file.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "commands.h"
+#include "ctensors.h"
+#include "npy.h"
+
+void cmd_run_help(FILE *f)
+{
+    fputs("Usage: scaledmm run CHECKPOINT --layer NAME --input X --output Y\n"
+          "                    [--backend NAME] [--threads N]\n"
+          "\n"
+          "Runs one linear layer of a compressed-tensors int8 w8a8 checkpoint as\n"
+          "vLLM's compressed-tensors scheme runs it:\n"
+          "  1. smm_quantize_i8 of the activations X in the layer's scheme (dynamic\n"
+          "     per-token symmetric or asymmetric, or static per-tensor with the\n"
+          "     checkpoint's input_scale and input_zero_point);\n"
+          "  2. smm_scaled_mm with the weight scales (per channel or per tensor),\n"
+          "     the zero points and the bias when there are any.\n"
+          "X is M x K (or a vector of K) of float32 or float16 in a .npy file, or of\n"
+          "float32, float16 or bfloat16 in a single-tensor .safetensors file; K is\n"
+          "the layer's input width. Y is M x N of X's dtype (vLLM's output dtype is\n"
+          "the activations' dtype), written as .npy or, by its extension,\n"
+          ".safetensors (needed for bfloat16). NAME is the module name, e.g.\n"
+          "model.layers.0.mlp.down_proj (the tensor name without \".weight\").\n"
+          "\n"
+          "Options:\n"
+          "  -l, --layer NAME    the layer to run (required)\n"
+          "  -i, --input X       activations (required)\n"
+          "  -o, --output Y      result (required; written only on success)\n"
+          "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
+          "                      rocm, cuda; every backend gives the same bits\n"
+          "  -t, --threads N     threads of the backend (default: OpenMP's)\n"
+          "  -h, --help          show this help\n"
+          "\n"
+          "Exit status: 0 written, 1 an error (message on stderr), 2 bad command line.\n",
+          f);
+}
+
+static int to_smm_dtype(st_dtype d, smm_dtype *out)
+{
+    switch (d) {
+    case ST_F32: *out = SMM_DTYPE_F32; return 0;
+    case ST_F16: *out = SMM_DTYPE_F16; return 0;
+    case ST_BF16: *out = SMM_DTYPE_BF16; return 0;
+    default: return -1;
+    }
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "layer",   required_argument, NULL, 'l' },
+        { "input",   required_argument, NULL, 'i' },
+        { "output",  required_argument, NULL, 'o' },
+        { "backend", required_argument, NULL, 'b' },
+        { "threads", required_argument, NULL, 't' },
+        { "help",    no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *layer_name = NULL, *in_path = NULL, *out_path = NULL, *dir;
+    smm_backend backend = SMM_BACKEND_AUTO;
+    long threads = 0;
+    ct_model *model = NULL;
+    const ct_layer *L;
+    smm_context *ctx = NULL;
+    npy_array x, y;
+    smm_dtype dt;
+    char err[1024] = "";
+    int64_t m;
+    int c, rc = EXIT_FAILED;
+
+    memset(&x, 0, sizeof x);
+    memset(&y, 0, sizeof y);
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":l:i:o:b:t:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l': layer_name = optarg; break;
+        case 'i': in_path = optarg; break;
+        case 'o': out_path = optarg; break;
+        case 'b':
+            if (cli_parse_backend("run", "--backend", optarg, &backend) != 0)
+                return EXIT_USAGE;
+            break;
+        case 't':
+            if (cli_parse_long("run", "--threads", optarg, 1, 1024, &threads) != 0)
+                return EXIT_USAGE;
+            break;
+        case 'h':
+            cmd_run_help(stdout);
+            return EXIT_PASS;
+        default:
+            return cli_getopt_error("run", c, argv);
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("run", "expected one CHECKPOINT directory");
+    if (!layer_name || !in_path || !out_path)
+        return cli_usage_error("run", "--layer, --input and --output are required");
+    dir = argv[optind];
+
+    model = ct_model_open(dir, err, sizeof err);
+    if (!model)
+        return cli_error("run", "%s", err);
+    L = ct_model_find(model, layer_name);
+    if (!L) {
+        cli_error("run", "%s: no quantized layer named '%s' (the module name, without "
+                  "\".weight\"; e.g. '%s')", dir, layer_name, model->layers[0].name);
+        goto done;
+    }
+    if (tensor_file_read(in_path, &x, err, sizeof err) != 0) {
+        cli_error("run", "%s", err);
+        goto done;
+    }
+    if (to_smm_dtype(x.dtype, &dt) != 0) {
+        cli_error("run", "%s: %s activations, expected float32, float16 or bfloat16",
+                  in_path, st_dtype_name(x.dtype));
+        goto done;
+    }
+    if (x.ndim == 1 && x.shape[0] == L->k) {
+        m = 1;
+    } else if (x.ndim == 2 && x.shape[1] == L->k && x.shape[0] >= 1) {
+        m = x.shape[0];
+    } else {
+        cli_error("run", "%s: shape does not fit layer %s: expected M x %lld (or %lld)",
+                  in_path, L->name, (long long)L->k, (long long)L->k);
+        goto done;
+    }
+    y.dtype = x.dtype;
+    y.ndim = x.ndim;
+    if (x.ndim == 1) {
+        y.shape[0] = L->n;
+    } else {
+        y.shape[0] = m;
+        y.shape[1] = L->n;
+    }
+    y.nbytes = (size_t)m * (size_t)L->n * st_dtype_size(y.dtype);
+    y.data = malloc(y.nbytes ? y.nbytes : 1);
+    if (!y.data) {
+        cli_error("run", "out of memory for the %lld x %lld output", (long long)m,
+                  (long long)L->n);
+        goto done;
+    }
+    if (cli_open_backend("run", backend, &ctx) != 0)
+        goto done;
+    if (threads > 0)
+        smm_context_set_num_threads(ctx, (int)threads);
+    if (ct_layer_forward(ctx, L, m, x.data, dt, y.data, dt, err, sizeof err) != 0) {
+        cli_error("run", "%s", err);
+        goto done;
+    }
+    if (tensor_file_write(out_path, &y, err, sizeof err) != 0) {
+        cli_error("run", "%s", err);
+        goto done;
+    }
+    rc = EXIT_PASS;
+done:
+    smm_context_destroy(ctx);
+    npy_array_free(&x);
+    npy_array_free(&y);
+    ct_model_close(model);
+    return rc;
+}

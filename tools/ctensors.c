@@ -1,0 +1,1419 @@
+/*
+ * ctensors.c - compressed-tensors int8 w8a8 checkpoints (ctensors.h):
+ * config parsing and validation, layer loading, the vLLM forward of one
+ * layer, and the quantization of float checkpoints.
+ *
+ * Field names and formulas follow compressed-tensors
+ * (quantization/quant_args.py, quant_config.py, utils/helpers.py
+ * calculate_qparams, lifecycle/forward.py _quantize) and vLLM's
+ * compressed_tensors loader (schemes/compressed_tensors_w8a8_int8.py).
+ * doc/accuracy.md describes the whole mapping.
+ */
+#include "ctensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* A JSON value in words, for messages: "group", 4, true, null, an object. */
+static void json_words(const json_t *v, char *buf, size_t len)
+{
+    if (!v)
+        snprintf(buf, len, "missing");
+    else if (json_is_string(v))
+        snprintf(buf, len, "\"%s\"", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, len, "%g", json_real_value(v));
+    else if (json_is_true(v))
+        snprintf(buf, len, "true");
+    else if (json_is_false(v))
+        snprintf(buf, len, "false");
+    else if (json_is_null(v))
+        snprintf(buf, len, "null");
+    else if (json_is_array(v))
+        snprintf(buf, len, "an array");
+    else
+        snprintf(buf, len, "an object");
+}
+
+/* Widens element i of a F32/F16/BF16 tensor (data possibly unaligned). */
+static float tensor_f32_at(const st_tensor *t, size_t i)
+{
+    const unsigned char *p = t->data;
+    if (t->dtype == ST_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    } else {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return t->dtype == ST_F16 ? smm_f16_to_f32(h) : smm_bf16_to_f32(h);
+    }
+}
+
+static int is_float_dtype(st_dtype d)
+{
+    return d == ST_F32 || d == ST_F16 || d == ST_BF16;
+}
+
+static int64_t tensor_numel(const st_tensor *t)
+{
+    int64_t n = 1;
+    int i;
+    for (i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+static void shape_words(const st_tensor *t, char *buf, size_t len)
+{
+    int i;
+    size_t used;
+    snprintf(buf, len, "[");
+    for (i = 0; i < t->ndim; i++) {
+        used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    }
+    used = strlen(buf);
+    snprintf(buf + used, len - used, "]");
+}
+
+/* ------------------------------------------------------------------ */
+/* Configuration                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct ct_matcher {
+    char *text;          /* as written (with "re:") */
+    int is_regex;
+    regex_t re;
+} ct_matcher;
+
+typedef struct ct_group {
+    char *name;
+    ct_scheme scheme;
+    ct_matcher *targets;
+    size_t ntargets;
+} ct_group;
+
+struct ct_config {
+    ct_group *groups;
+    size_t ngroups;
+    ct_matcher *ignore;
+    size_t nignore;
+};
+
+static void matcher_free(ct_matcher *m)
+{
+    if (m->is_regex)
+        regfree(&m->re);
+    free(m->text);
+}
+
+void ct_config_free(ct_config *c)
+{
+    size_t i, j;
+    if (!c)
+        return;
+    for (i = 0; i < c->ngroups; i++) {
+        for (j = 0; j < c->groups[i].ntargets; j++)
+            matcher_free(&c->groups[i].targets[j]);
+        free(c->groups[i].targets);
+        free(c->groups[i].name);
+    }
+    free(c->groups);
+    for (i = 0; i < c->nignore; i++)
+        matcher_free(&c->ignore[i]);
+    free(c->ignore);
+    free(c);
+}
+
+/* Compiles a target or ignore entry. "re:P" becomes the ERE "^(P)" (Python's
+ * re.match anchors at the start only). */
+static int matcher_init(ct_matcher *m, const char *text, const char *where,
+                        char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->text = xstrdup(text);
+    if (!m->text) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (strncmp(text, "re:", 3) == 0) {
+        size_t n = strlen(text + 3);
+        char *pat = malloc(n + 4);
+        int rc;
+        if (!pat) {
+            set_err(err, errlen, "out of memory");
+            free(m->text);
+            m->text = NULL;
+            return -1;
+        }
+        snprintf(pat, n + 4, "^(%s)", text + 3);
+        rc = regcomp(&m->re, pat, REG_EXTENDED | REG_NOSUB);
+        free(pat);
+        if (rc != 0) {
+            char msg[128];
+            regerror(rc, &m->re, msg, sizeof msg);
+            set_err(err, errlen, "%s: \"%s\" is not a valid POSIX extended regular "
+                    "expression (%s)", where, text, msg);
+            free(m->text);
+            m->text = NULL;
+            return -1;
+        }
+        m->is_regex = 1;
+    }
+    return 0;
+}
+
+/* Parses one QuantizationArgs object ("weights" or "input_activations").
+ * path is e.g. "config.json: quantization_config.config_groups.group_0.weights". */
+static int parse_args(const json_t *a, const char *path, int weights, ct_scheme *s,
+                      char *err, size_t errlen)
+{
+    const json_t *v;
+    char w[160];
+    const char *strategy = "tensor";
+    int dynamic = 0, symmetric = 1;
+
+    if (!json_is_object(a)) {
+        json_words(a, w, sizeof w);
+        set_err(err, errlen, "%s: %s is not supported (%s)", path, w,
+                weights ? "w8a8 needs int8 weights" : "w8a8 needs int8 activations");
+        return -1;
+    }
+    v = json_object_get(a, "num_bits");
+    if (!json_is_integer(v) || json_integer_value(v) != 8) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s.num_bits: %s is not supported (8)", path, w);
+        return -1;
+    }
+    v = json_object_get(a, "type");
+    if (v && !json_is_null(v) && !(json_is_string(v) && strcmp(json_string_value(v), "int") == 0)) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s.type: %s is not supported (int)", path, w);
+        return -1;
+    }
+    v = json_object_get(a, "symmetric");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            json_words(v, w, sizeof w);
+            set_err(err, errlen, "%s.symmetric: %s is not a boolean", path, w);
+            return -1;
+        }
+        symmetric = json_is_true(v);
+    }
+    v = json_object_get(a, "dynamic");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            json_words(v, w, sizeof w);
+            set_err(err, errlen, "%s.dynamic: %s is not supported (true or false)", path, w);
+            return -1;
+        }
+        dynamic = json_is_true(v);
+    }
+    v = json_object_get(a, "strategy");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v)) {
+            json_words(v, w, sizeof w);
+            set_err(err, errlen, "%s.strategy: %s is not a string", path, w);
+            return -1;
+        }
+        strategy = json_string_value(v);
+    }
+    v = json_object_get(a, "group_size");
+    if (v && !json_is_null(v)) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s.group_size: %s is not supported (null: no groups)", path, w);
+        return -1;
+    }
+    v = json_object_get(a, "block_structure");
+    if (v && !json_is_null(v)) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s.block_structure: %s is not supported (null: no blocks)",
+                path, w);
+        return -1;
+    }
+    v = json_object_get(a, "actorder");
+    if (v && !json_is_null(v) && !json_is_false(v)) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s.actorder: %s is not supported (null)", path, w);
+        return -1;
+    }
+
+    if (weights) {
+        if (strcmp(strategy, "channel") == 0) {
+            s->weight_per_channel = 1;
+        } else if (strcmp(strategy, "tensor") == 0) {
+            s->weight_per_channel = 0;
+        } else {
+            set_err(err, errlen, "%s.strategy: \"%s\" is not supported (tensor or channel)",
+                    path, strategy);
+            return -1;
+        }
+        if (!symmetric) {
+            set_err(err, errlen, "%s.symmetric: false is not supported (weights are "
+                    "symmetric)", path);
+            return -1;
+        }
+        if (dynamic) {
+            set_err(err, errlen, "%s.dynamic: true is not supported (weights are stored "
+                    "quantized)", path);
+            return -1;
+        }
+    } else {
+        if (strcmp(strategy, "token") == 0) {
+            if (!dynamic) {
+                set_err(err, errlen, "%s.dynamic: false is not supported with strategy "
+                        "\"token\" (static activations are per tensor)", path);
+                return -1;
+            }
+        } else if (strcmp(strategy, "tensor") == 0) {
+            if (dynamic) {
+                set_err(err, errlen, "%s.dynamic: true is not supported with strategy "
+                        "\"tensor\" (dynamic activations are per token)", path);
+                return -1;
+            }
+        } else {
+            set_err(err, errlen, "%s.strategy: \"%s\" is not supported (token or tensor)",
+                    path, strategy);
+            return -1;
+        }
+        s->act_dynamic = dynamic;
+        s->act_symmetric = symmetric;
+    }
+    return 0;
+}
+
+static int check_format(const json_t *v, const char *path, char *err, size_t errlen)
+{
+    char w[160];
+    if (json_is_string(v) && (strcmp(json_string_value(v), "int-quantized") == 0 ||
+                              strcmp(json_string_value(v), "naive-quantized") == 0))
+        return 0;
+    json_words(v, w, sizeof w);
+    set_err(err, errlen, "%s: %s is not supported (int-quantized or naive-quantized)",
+            path, w);
+    return -1;
+}
+
+static int parse_group(ct_group *g, const char *key, const json_t *obj, const char *dn,
+                       char *err, size_t errlen)
+{
+    char path[512], where[600], w[160];
+    const json_t *targets, *v;
+    size_t i;
+
+    snprintf(path, sizeof path, "%s: quantization_config.config_groups.%s", dn, key);
+    g->name = xstrdup(key);
+    if (!g->name) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!json_is_object(obj)) {
+        set_err(err, errlen, "%s: not an object", path);
+        return -1;
+    }
+    targets = json_object_get(obj, "targets");
+    if (!json_is_array(targets) || json_array_size(targets) == 0) {
+        json_words(targets, w, sizeof w);
+        set_err(err, errlen, "%s.targets: %s is not supported (a non-empty list of "
+                "names)", path, w);
+        return -1;
+    }
+    g->targets = calloc(json_array_size(targets), sizeof *g->targets);
+    if (!g->targets) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (i = 0; i < json_array_size(targets); i++) {
+        v = json_array_get(targets, i);
+        snprintf(where, sizeof where, "%s.targets[%zu]", path, i);
+        if (!json_is_string(v)) {
+            set_err(err, errlen, "%s: not a string", where);
+            return -1;
+        }
+        if (matcher_init(&g->targets[i], json_string_value(v), where, err, errlen) != 0)
+            return -1;
+        g->ntargets = i + 1;
+    }
+    v = json_object_get(obj, "format");
+    if (v && !json_is_null(v)) {
+        snprintf(where, sizeof where, "%s.format", path);
+        if (check_format(v, where, err, errlen) != 0)
+            return -1;
+    }
+    snprintf(where, sizeof where, "%s.weights", path);
+    if (parse_args(json_object_get(obj, "weights"), where, 1, &g->scheme, err, errlen) != 0)
+        return -1;
+    snprintf(where, sizeof where, "%s.input_activations", path);
+    if (parse_args(json_object_get(obj, "input_activations"), where, 0, &g->scheme, err,
+                   errlen) != 0)
+        return -1;
+    v = json_object_get(obj, "output_activations");
+    if (v && !json_is_null(v)) {
+        set_err(err, errlen, "%s.output_activations: not supported (null)", path);
+        return -1;
+    }
+    return 0;
+}
+
+ct_config *ct_config_parse(const char *json, size_t len, const char *dn,
+                           char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root, *qc, *v, *groups, *val;
+    ct_config *c = NULL;
+    const char *key;
+    char w[160], where[512];
+    size_t i;
+
+    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        set_err(err, errlen, "%s: line %d, column %d: %s", dn, je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        set_err(err, errlen, "%s: not a JSON object", dn);
+        goto fail;
+    }
+    qc = json_object_get(root, "quantization_config");
+    if (!json_is_object(qc)) {
+        set_err(err, errlen, "%s: quantization_config: %s (not a quantized checkpoint)", dn,
+                qc ? "not an object" : "missing");
+        goto fail;
+    }
+    v = json_object_get(qc, "quant_method");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "compressed-tensors") != 0) {
+        json_words(v, w, sizeof w);
+        set_err(err, errlen, "%s: quantization_config.quant_method: %s is not supported "
+                "(compressed-tensors)", dn, w);
+        goto fail;
+    }
+    snprintf(where, sizeof where, "%s: quantization_config.format", dn);
+    if (check_format(json_object_get(qc, "format"), where, err, errlen) != 0)
+        goto fail;
+
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    groups = json_object_get(qc, "config_groups");
+    if (!json_is_object(groups) || json_object_size(groups) == 0) {
+        json_words(groups, w, sizeof w);
+        set_err(err, errlen, "%s: quantization_config.config_groups: %s is not supported "
+                "(an object of one or more groups)", dn,
+                json_is_object(groups) ? "an empty object" : w);
+        goto fail;
+    }
+    c->groups = calloc(json_object_size(groups), sizeof *c->groups);
+    if (!c->groups) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    json_object_foreach(groups, key, val) {
+        ct_group *g = &c->groups[c->ngroups++];
+        if (parse_group(g, key, val, dn, err, errlen) != 0)
+            goto fail;
+    }
+    v = json_object_get(qc, "ignore");
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v)) {
+            set_err(err, errlen, "%s: quantization_config.ignore: not a list", dn);
+            goto fail;
+        }
+        c->ignore = calloc(json_array_size(v) + 1, sizeof *c->ignore);
+        if (!c->ignore) {
+            set_err(err, errlen, "out of memory");
+            goto fail;
+        }
+        for (i = 0; i < json_array_size(v); i++) {
+            const json_t *e = json_array_get(v, i);
+            snprintf(where, sizeof where, "%s: quantization_config.ignore[%zu]", dn, i);
+            if (!json_is_string(e)) {
+                set_err(err, errlen, "%s: not a string", where);
+                goto fail;
+            }
+            if (matcher_init(&c->ignore[i], json_string_value(e), where, err, errlen) != 0)
+                goto fail;
+            c->nignore = i + 1;
+        }
+    }
+    json_decref(root);
+    return c;
+fail:
+    ct_config_free(c);
+    json_decref(root);
+    return NULL;
+}
+
+/* Reads a whole (small) file. */
+static char *read_text(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (!f) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        set_err(err, errlen, "%s: cannot determine the size", path);
+        fclose(f);
+        return NULL;
+    }
+    buf = malloc((size_t)n + 1);
+    if (!buf) {
+        set_err(err, errlen, "%s: out of memory", path);
+        fclose(f);
+        return NULL;
+    }
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        set_err(err, errlen, "%s: read error", path);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = (size_t)n;
+    return buf;
+}
+
+ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
+{
+    char *path = path_join(dir, "config.json");
+    char *text;
+    size_t len;
+    ct_config *c;
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    text = read_text(path, &len, err, errlen);
+    if (!text) {
+        free(path);
+        return NULL;
+    }
+    c = ct_config_parse(text, len, path, err, errlen);
+    free(text);
+    free(path);
+    return c;
+}
+
+static int matcher_hits(const ct_matcher *m, const char *name)
+{
+    if (m->is_regex)
+        return regexec(&m->re, name, 0, NULL, 0) == 0;
+    return strcmp(m->text, name) == 0;
+}
+
+int ct_config_ignored(const ct_config *c, const char *layer)
+{
+    size_t i;
+    for (i = 0; i < c->nignore; i++)
+        if (matcher_hits(&c->ignore[i], layer))
+            return 1;
+    return 0;
+}
+
+const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
+                                 const char **group_name)
+{
+    size_t i, j;
+    int pass;
+    if (ct_config_ignored(c, layer))
+        return NULL;
+    /* exact names first, then regexes, then the class name (vLLM's order) */
+    for (pass = 0; pass < 3; pass++) {
+        for (i = 0; i < c->ngroups; i++) {
+            for (j = 0; j < c->groups[i].ntargets; j++) {
+                const ct_matcher *m = &c->groups[i].targets[j];
+                int hit;
+                if (pass == 0)
+                    hit = !m->is_regex && strcmp(m->text, layer) == 0;
+                else if (pass == 1)
+                    hit = m->is_regex && matcher_hits(m, layer);
+                else
+                    hit = !m->is_regex && strcmp(m->text, "Linear") == 0;
+                if (hit) {
+                    if (group_name)
+                        *group_name = c->groups[i].name;
+                    return &c->groups[i].scheme;
+                }
+            }
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Checkpoint layers                                                   */
+/* ------------------------------------------------------------------ */
+
+void ct_model_close(ct_model *m)
+{
+    size_t i;
+    if (!m)
+        return;
+    for (i = 0; i < m->nlayers; i++) {
+        free(m->layers[i].name);
+        free(m->layers[i].weight_scale);
+        free(m->layers[i].bias);
+    }
+    free(m->layers);
+    ct_config_free(m->config);
+    st_checkpoint_close(m->ckpt);
+    free(m);
+}
+
+const ct_layer *ct_model_find(const ct_model *m, const char *name)
+{
+    size_t i;
+    for (i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, name) == 0)
+            return &m->layers[i];
+    return NULL;
+}
+
+/* Looks up "<layer><suffix>". */
+static const st_tensor *find_part(const st_checkpoint *ck, const char *layer,
+                                  const char *suffix)
+{
+    char name[1024];
+    if (snprintf(name, sizeof name, "%s%s", layer, suffix) >= (int)sizeof name)
+        return NULL;
+    return st_checkpoint_find(ck, name);
+}
+
+/* A single float value from a 1-element (any rank) float tensor. */
+static int scalar_float(const st_tensor *t, float *out, char *err, size_t errlen)
+{
+    char sh[128];
+    if (!is_float_dtype(t->dtype) || tensor_numel(t) != 1) {
+        shape_words(t, sh, sizeof sh);
+        set_err(err, errlen, "tensor %s: %s %s, expected one F32, F16 or BF16 value",
+                t->name, st_dtype_name(t->dtype), sh);
+        return -1;
+    }
+    *out = tensor_f32_at(t, 0);
+    return 0;
+}
+
+static int load_layer(const ct_model *m, ct_layer *L, const st_tensor *w,
+                      char *err, size_t errlen)
+{
+    const st_checkpoint *ck = m->ckpt;
+    const st_tensor *t;
+    char sh[128];
+    int64_t i, len;
+    size_t nl = strlen(w->name) - strlen(".weight");
+    const ct_scheme *s;
+
+    L->name = malloc(nl + 1);
+    if (!L->name) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(L->name, w->name, nl);
+    L->name[nl] = '\0';
+    if (w->ndim != 2 || w->shape[0] < 1 || w->shape[1] < 1) {
+        shape_words(w, sh, sizeof sh);
+        set_err(err, errlen, "tensor %s: I8 %s, expected a 2-D [out_features, "
+                "in_features] weight", w->name, sh);
+        return -1;
+    }
+    L->n = w->shape[0];
+    L->k = w->shape[1];
+    L->weight = w->data;
+    if (ct_config_ignored(m->config, L->name)) {
+        set_err(err, errlen, "tensor %s is int8 but quantization_config.ignore names "
+                "layer %s", w->name, L->name);
+        return -1;
+    }
+    s = ct_config_match(m->config, L->name, &L->group);
+    if (!s) {
+        set_err(err, errlen, "tensor %s is int8 but no quantization_config.config_groups "
+                "entry targets layer %s", w->name, L->name);
+        return -1;
+    }
+    L->scheme = *s;
+
+    t = find_part(ck, L->name, ".weight_scale");
+    if (!t) {
+        set_err(err, errlen, "layer %s: tensor %s.weight_scale is missing", L->name,
+                L->name);
+        return -1;
+    }
+    len = tensor_numel(t);
+    shape_words(t, sh, sizeof sh);
+    if (!is_float_dtype(t->dtype) ||
+        (s->weight_per_channel &&
+         !((t->ndim == 2 && t->shape[0] == L->n && t->shape[1] == 1) ||
+           (t->ndim == 1 && t->shape[0] == L->n))) ||
+        (!s->weight_per_channel && len != 1)) {
+        set_err(err, errlen, "tensor %s: %s %s, expected F32, F16 or BF16 %s (weights "
+                "strategy \"%s\" of group %s)", t->name, st_dtype_name(t->dtype), sh,
+                s->weight_per_channel ? "[N, 1] or [N] with N the weight's rows" :
+                "[1] (one value)", s->weight_per_channel ? "channel" : "tensor", L->group);
+        return -1;
+    }
+    L->weight_scale_len = len;
+    L->weight_scale = malloc((size_t)len * sizeof(float));
+    if (!L->weight_scale) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (i = 0; i < len; i++) {
+        float v = tensor_f32_at(t, (size_t)i);
+        if (!isfinite(v) || v < 0.0f) {
+            set_err(err, errlen, "tensor %s: element %lld is %g (scales are finite and "
+                    ">= 0)", t->name, (long long)i, (double)v);
+            return -1;
+        }
+        L->weight_scale[i] = v;
+    }
+
+    if (!s->act_dynamic) {
+        t = find_part(ck, L->name, ".input_scale");
+        if (!t) {
+            set_err(err, errlen, "layer %s: tensor %s.input_scale is missing (group %s has "
+                    "static activations)", L->name, L->name, L->group);
+            return -1;
+        }
+        if (scalar_float(t, &L->input_scale, err, errlen) != 0)
+            return -1;
+        if (!isfinite(L->input_scale) || !(L->input_scale > 0.0f)) {
+            set_err(err, errlen, "tensor %s: %g (the scale must be finite and > 0)",
+                    t->name, (double)L->input_scale);
+            return -1;
+        }
+        if (!s->act_symmetric) {
+            t = find_part(ck, L->name, ".input_zero_point");
+            if (!t) {
+                set_err(err, errlen, "layer %s: tensor %s.input_zero_point is missing "
+                        "(group %s has static asymmetric activations)", L->name, L->name,
+                        L->group);
+                return -1;
+            }
+            if ((t->dtype != ST_I8 && t->dtype != ST_I32) || tensor_numel(t) != 1) {
+                shape_words(t, sh, sizeof sh);
+                set_err(err, errlen, "tensor %s: %s %s, expected one I8 or I32 value",
+                        t->name, st_dtype_name(t->dtype), sh);
+                return -1;
+            }
+            if (t->dtype == ST_I8) {
+                L->input_zero_point = *(const int8_t *)t->data;
+            } else {
+                int32_t z;
+                memcpy(&z, t->data, 4);
+                L->input_zero_point = z;
+            }
+        }
+    }
+
+    t = find_part(ck, L->name, ".bias");
+    if (t) {
+        if (!is_float_dtype(t->dtype) || t->ndim != 1 || t->shape[0] != L->n) {
+            shape_words(t, sh, sizeof sh);
+            set_err(err, errlen, "tensor %s: %s %s, expected F32, F16 or BF16 [%lld]",
+                    t->name, st_dtype_name(t->dtype), sh, (long long)L->n);
+            return -1;
+        }
+        L->bias = malloc((size_t)L->n * sizeof(float));
+        if (!L->bias) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+        for (i = 0; i < L->n; i++)
+            L->bias[i] = tensor_f32_at(t, (size_t)i);
+    }
+    return 0;
+}
+
+ct_model *ct_model_open(const char *dir, char *err, size_t errlen)
+{
+    ct_model *m = calloc(1, sizeof *m);
+    size_t i, count;
+
+    if (!m) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    m->config = ct_config_load(dir, err, errlen);
+    if (!m->config)
+        goto fail;
+    m->ckpt = st_checkpoint_open(dir, err, errlen);
+    if (!m->ckpt)
+        goto fail;
+    count = st_checkpoint_count(m->ckpt);
+    m->layers = calloc(count ? count : 1, sizeof *m->layers);
+    if (!m->layers) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (i = 0; i < count; i++) {
+        const st_tensor *t = st_checkpoint_at(m->ckpt, i);
+        if (t->dtype != ST_I8 || !ends_with(t->name, ".weight"))
+            continue;
+        if (load_layer(m, &m->layers[m->nlayers++], t, err, errlen) != 0)
+            goto fail;
+    }
+    if (m->nlayers == 0) {
+        set_err(err, errlen, "%s: no quantized layer (no I8 \"*.weight\" tensor)", dir);
+        goto fail;
+    }
+    return m;
+fail:
+    ct_model_close(m);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The forward of one layer                                            */
+/* ------------------------------------------------------------------ */
+
+int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
+                     smm_dtype x_dtype, void *y, smm_dtype y_dtype, char *err, size_t errlen)
+{
+    smm_quantize_args qa;
+    smm_scaled_mm_args sa;
+    int8_t *q = NULL;
+    float *scale = NULL;
+    int32_t *azp = NULL;
+    int64_t nscale = L->scheme.act_dynamic ? m : 1;
+    int use_azp = !L->scheme.act_symmetric;
+    smm_status st;
+    int rc = -1;
+
+    if (m < 1) {
+        set_err(err, errlen, "layer %s: no activation rows", L->name);
+        return -1;
+    }
+    q = malloc((size_t)m * (size_t)L->k);
+    scale = malloc((size_t)nscale * sizeof *scale);
+    azp = use_azp ? malloc((size_t)nscale * sizeof *azp) : NULL;
+    if (!q || !scale || (use_azp && !azp)) {
+        set_err(err, errlen, "layer %s: out of memory for %lld activation rows", L->name,
+                (long long)m);
+        goto done;
+    }
+    if (!L->scheme.act_dynamic) {
+        scale[0] = L->input_scale;
+        if (use_azp)
+            azp[0] = L->input_zero_point;
+    }
+
+    memset(&qa, 0, sizeof qa);
+    qa.m = m;
+    qa.k = L->k;
+    qa.x = x;
+    qa.x_dtype = x_dtype;
+    qa.ldx = L->k;
+    qa.q = q;
+    qa.ldq = L->k;
+    qa.scale = scale;
+    qa.azp = azp;
+    qa.mode = L->scheme.act_dynamic ? SMM_QUANT_DYNAMIC_PER_TOKEN
+                                    : SMM_QUANT_STATIC_PER_TENSOR;
+    st = smm_quantize_i8(ctx, &qa);
+    if (st != SMM_OK) {
+        set_err(err, errlen, "layer %s: smm_quantize_i8: %s (%s)", L->name,
+                smm_strerror(st), smm_context_last_error(ctx));
+        goto done;
+    }
+
+    memset(&sa, 0, sizeof sa);
+    sa.m = m;
+    sa.n = L->n;
+    sa.k = L->k;
+    sa.a = q;
+    sa.lda = L->k;
+    sa.b = L->weight;
+    sa.ldb = L->k;
+    sa.scale_a = scale;
+    sa.scale_a_len = nscale;
+    sa.scale_b = L->weight_scale;
+    sa.scale_b_len = L->weight_scale_len;
+    sa.bias = L->bias;
+    sa.azp = azp;
+    sa.azp_len = use_azp ? nscale : 0;
+    sa.c = y;
+    sa.ldc = L->n;
+    sa.c_dtype = y_dtype;
+    st = smm_scaled_mm(ctx, &sa);
+    if (st != SMM_OK) {
+        set_err(err, errlen, "layer %s: smm_scaled_mm: %s (%s)", L->name, smm_strerror(st),
+                smm_context_last_error(ctx));
+        goto done;
+    }
+    rc = 0;
+done:
+    free(q);
+    free(scale);
+    free(azp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Quantizing a float checkpoint                                       */
+/* ------------------------------------------------------------------ */
+
+int ct_is_linear_weight(const st_tensor *t)
+{
+    const char *name = t->name, *last, *p;
+    size_t nl;
+    char module[1024];
+
+    if (t->ndim != 2 || !is_float_dtype(t->dtype) || !ends_with(name, ".weight"))
+        return 0;
+    nl = strlen(name) - strlen(".weight");
+    if (nl == 0 || nl >= sizeof module)
+        return 0;
+    memcpy(module, name, nl);
+    module[nl] = '\0';
+    /* any component with "embed" or "norm", case-insensitive */
+    for (p = module; *p; p++)
+        if (strncasecmp(p, "embed", 5) == 0 || strncasecmp(p, "norm", 4) == 0)
+            return 0;
+    last = strrchr(module, '.');
+    last = last ? last + 1 : module;
+    if (strcmp(last, "lm_head") == 0)
+        return 0;
+    return 1;
+}
+
+float ct_quantize_row(const float *w, int64_t k, int8_t *q)
+{
+    float mn = 0.0f, mx = 0.0f, amax, scale;
+    int64_t i;
+
+    /* min(w, 0) and max(w, 0): the observer's running extremes clamped so
+     * that zero is representable */
+    for (i = 0; i < k; i++) {
+        if (w[i] < mn)
+            mn = w[i];
+        if (w[i] > mx)
+            mx = w[i];
+    }
+    amax = fabsf(mn) > fabsf(mx) ? fabsf(mn) : fabsf(mx);
+    scale = amax / 127.5f;               /* (qmax - qmin) / 2 = 255 / 2 */
+    if (scale == 0.0f)
+        scale = FLT_EPSILON;             /* torch.finfo(float32).eps */
+    for (i = 0; i < k; i++) {
+        float v = w[i] / scale;
+        if (v < -128.0f)
+            v = -128.0f;
+        if (v > 127.0f)
+            v = 127.0f;
+        q[i] = (int8_t)nearbyintf(v);    /* ties to even (default rounding) */
+    }
+    return scale;
+}
+
+/* Which file of in_dir holds each tensor. */
+typedef struct shard_map {
+    char **files;        /* distinct file names, in order of appearance */
+    size_t nfiles;
+    json_t *weight_map;  /* index's weight_map (NULL: one model.safetensors) */
+    json_t *index;
+} shard_map;
+
+static void shard_map_free(shard_map *s)
+{
+    size_t i;
+    for (i = 0; i < s->nfiles; i++)
+        free(s->files[i]);
+    free(s->files);
+    json_decref(s->index);
+    memset(s, 0, sizeof *s);
+}
+
+static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t errlen)
+{
+    char *path = path_join(in_dir, "model.safetensors.index.json");
+    json_error_t je;
+    const char *key;
+    json_t *val;
+    struct stat sb;
+
+    memset(s, 0, sizeof *s);
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (stat(path, &sb) != 0) {
+        free(path);
+        s->files = malloc(sizeof *s->files);
+        if (!s->files || !(s->files[0] = xstrdup("model.safetensors"))) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+        s->nfiles = 1;
+        return 0;
+    }
+    s->index = json_load_file(path, 0, &je);
+    if (!s->index || !json_is_object(json_object_get(s->index, "weight_map"))) {
+        set_err(err, errlen, "%s: %s", path, s->index ? "no weight_map object" : je.text);
+        free(path);
+        return -1;
+    }
+    free(path);
+    s->weight_map = json_object_get(s->index, "weight_map");
+    s->files = calloc(json_object_size(s->weight_map) + 1, sizeof *s->files);
+    if (!s->files) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    json_object_foreach(s->weight_map, key, val) {
+        const char *f = json_string_value(val);
+        size_t i;
+        if (!f) {
+            set_err(err, errlen, "model.safetensors.index.json: weight_map.%s: not a "
+                    "string", key);
+            return -1;
+        }
+        for (i = 0; i < s->nfiles; i++)
+            if (strcmp(s->files[i], f) == 0)
+                break;
+        if (i == s->nfiles && !(s->files[s->nfiles++] = xstrdup(f))) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static const char *shard_of(const shard_map *s, const char *tensor)
+{
+    if (!s->weight_map)
+        return s->files[0];
+    return json_string_value(json_object_get(s->weight_map, tensor));
+}
+
+/* Writes a JSON value to path through a temporary file renamed into place. */
+static int write_json(const char *path, const json_t *v, char *err, size_t errlen)
+{
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    int rc = -1;
+    if (!tmp) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+    if (json_dump_file(v, tmp, JSON_INDENT(2)) != 0) {
+        set_err(err, errlen, "%s: cannot write", tmp);
+    } else if (rename(tmp, path) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+    } else {
+        rc = 0;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+{
+    FILE *in = fopen(from, "rb"), *out;
+    char buf[65536];
+    size_t n, len = strlen(to) + 16;
+    char *tmp;
+    int rc = 0;
+
+    if (!in) {
+        set_err(err, errlen, "%s: %s", from, strerror(errno));
+        return -1;
+    }
+    tmp = malloc(len);
+    if (!tmp) {
+        fclose(in);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(tmp, len, "%s.tmp%ld", to, (long)getpid());
+    out = fopen(tmp, "wb");
+    if (!out) {
+        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        fclose(in);
+        free(tmp);
+        return -1;
+    }
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            rc = -1;
+            break;
+        }
+    if (ferror(in))
+        rc = -1;
+    if (fclose(out) != 0)
+        rc = -1;
+    fclose(in);
+    if (rc == 0 && rename(tmp, to) != 0)
+        rc = -1;
+    if (rc != 0) {
+        set_err(err, errlen, "%s: cannot copy to %s", from, to);
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* The quantization_config this tool writes. */
+static json_t *qconfig_json(void)
+{
+    json_t *w = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
+                          "num_bits", 8, "type", "int", "symmetric", 1,
+                          "strategy", "channel", "dynamic", 0,
+                          "group_size", "block_structure", "actorder");
+    json_t *a = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
+                          "num_bits", 8, "type", "int", "symmetric", 1,
+                          "strategy", "token", "dynamic", 1,
+                          "group_size", "block_structure", "actorder");
+    return json_pack("{s:s, s:s, s:s, s:{s:{s:[s], s:o, s:o, s:n}}, s:[s], s:n}",
+                     "quant_method", "compressed-tensors",
+                     "format", "int-quantized",
+                     "quantization_status", "compressed",
+                     "config_groups", "group_0", "targets", "Linear", "weights", w,
+                     "input_activations", a, "output_activations",
+                     "ignore", "lm_head",
+                     "kv_cache_scheme");
+}
+
+static int same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* One output tensor: either borrowed from the input or owned. */
+typedef struct out_tensor {
+    st_tensor t;
+    void *owned;
+    char *owned_name;
+} out_tensor;
+
+/* Builds the tensors of one output shard: quantized Linear weights with
+ * their scales, everything else as is. */
+static int build_shard(const st_checkpoint *ck, const shard_map *map, const char *file,
+                       out_tensor **out, size_t *nout, size_t *done, size_t total,
+                       ct_progress_fn progress, void *user, char *err, size_t errlen)
+{
+    size_t i, count = st_checkpoint_count(ck), n = 0;
+    out_tensor *o = calloc(2 * count + 1, sizeof *o);
+    float *row = NULL;
+
+    if (!o) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    *out = o;
+    for (i = 0; i < count; i++) {
+        const st_tensor *t = st_checkpoint_at(ck, i);
+        const char *f = shard_of(map, t->name);
+        if (!f || strcmp(f, file) != 0)
+            continue;
+        if (progress)
+            progress(++*done, total, t->name, user);
+        if (!ct_is_linear_weight(t)) {
+            o[n++].t = *t;
+            continue;
+        }
+        {
+            int64_t N = t->shape[0], K = t->shape[1], r, c;
+            int8_t *q = malloc((size_t)N * (size_t)K);
+            float *sc = malloc((size_t)N * sizeof *sc);
+            size_t nl = strlen(t->name);
+            char *sname = malloc(nl + 8);
+            out_tensor *qt = &o[n], *st = &o[n + 1];
+            n += 2;
+            row = realloc(row, (size_t)(K > 0 ? K : 1) * sizeof *row);
+            qt->owned = q;
+            st->owned = sc;
+            st->owned_name = sname;
+            if (!q || !sc || !sname || !row) {
+                set_err(err, errlen, "%s: out of memory", t->name);
+                goto fail;
+            }
+            snprintf(sname, nl + 8, "%s_scale", t->name);   /* <module>.weight_scale */
+            if (st_checkpoint_find(ck, sname)) {
+                set_err(err, errlen, "tensor %s: already present in the input (is it "
+                        "already quantized?)", sname);
+                goto fail;
+            }
+            for (r = 0; r < N; r++) {
+                for (c = 0; c < K; c++) {
+                    row[c] = tensor_f32_at(t, (size_t)(r * K + c));
+                    if (!isfinite(row[c])) {
+                        set_err(err, errlen, "tensor %s: element [%lld, %lld] is %g "
+                                "(weights must be finite)", t->name, (long long)r,
+                                (long long)c, (double)row[c]);
+                        goto fail;
+                    }
+                }
+                sc[r] = ct_quantize_row(row, K, q + r * K);
+            }
+            qt->t = *t;
+            qt->t.dtype = ST_I8;
+            qt->t.data = q;
+            qt->t.nbytes = (size_t)N * (size_t)K;
+            memset(&st->t, 0, sizeof st->t);
+            st->t.name = sname;
+            st->t.dtype = ST_F32;
+            st->t.ndim = 2;
+            st->t.shape[0] = N;
+            st->t.shape[1] = 1;
+            st->t.data = sc;
+            st->t.nbytes = (size_t)N * sizeof(float);
+        }
+    }
+    free(row);
+    *nout = n;
+    return 0;
+fail:
+    free(row);
+    *nout = n;
+    return -1;
+}
+
+static void free_shard(out_tensor *o, size_t n)
+{
+    size_t i;
+    for (i = 0; o && i < n; i++) {
+        free(o[i].owned);
+        free(o[i].owned_name);
+    }
+    free(o);
+}
+
+int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
+                           ct_progress_fn progress, void *user, char *err, size_t errlen)
+{
+    st_checkpoint *ck = NULL;
+    shard_map map;
+    json_t *config = NULL, *index_out = NULL, *wm_out = NULL;
+    char *path = NULL;
+    size_t fi, done = 0, total;
+    double total_size = 0;
+    int rc = -1;
+    struct stat sb;
+    static const char *const meta_keys[] = { "format" };
+    static const char *const meta_values[] = { "pt" };
+
+    memset(&map, 0, sizeof map);
+    ck = st_checkpoint_open(in_dir, err, errlen);
+    if (!ck)
+        return -1;
+    if (shard_map_load(&map, in_dir, err, errlen) != 0)
+        goto done;
+
+    /* config.json: the input's, which must not be quantized already */
+    path = path_join(in_dir, "config.json");
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        goto done;
+    }
+    if (stat(path, &sb) == 0) {
+        json_error_t je;
+        config = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!config) {
+            set_err(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+            goto done;
+        }
+        if (!json_is_object(config)) {
+            set_err(err, errlen, "%s: not a JSON object", path);
+            goto done;
+        }
+        if (json_object_get(config, "quantization_config")) {
+            set_err(err, errlen, "%s: has a quantization_config already (the input must "
+                    "be a float checkpoint)", path);
+            goto done;
+        }
+    } else {
+        config = json_object();
+    }
+    free(path);
+    path = NULL;
+    if (!config || json_object_set_new(config, "quantization_config", qconfig_json()) != 0) {
+        set_err(err, errlen, "out of memory");
+        goto done;
+    }
+
+    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        set_err(err, errlen, "%s: %s", out_dir, strerror(errno));
+        goto done;
+    }
+    if (stat(out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        set_err(err, errlen, "%s: not a directory", out_dir);
+        goto done;
+    }
+    if (same_dir(in_dir, out_dir)) {
+        set_err(err, errlen, "%s: the output directory is the input directory", out_dir);
+        goto done;
+    }
+
+    if (map.weight_map) {
+        index_out = json_object();
+        wm_out = json_object();
+        if (!index_out || !wm_out) {
+            set_err(err, errlen, "out of memory");
+            goto done;
+        }
+    }
+    total = st_checkpoint_count(ck);
+    for (fi = 0; fi < map.nfiles; fi++) {
+        out_tensor *o = NULL;
+        st_tensor *ts;
+        size_t n = 0, i;
+        int ok;
+        if (strchr(map.files[fi], '/')) {
+            set_err(err, errlen, "model.safetensors.index.json: shard \"%s\" is not a file "
+                    "name of the directory", map.files[fi]);
+            goto done;
+        }
+        ok = build_shard(ck, &map, map.files[fi], &o, &n, &done, total, progress, user,
+                         err, errlen) == 0;
+        ts = ok ? malloc((n ? n : 1) * sizeof *ts) : NULL;
+        if (ok && !ts) {
+            set_err(err, errlen, "out of memory");
+            ok = 0;
+        }
+        if (ok) {
+            for (i = 0; i < n; i++) {
+                ts[i] = o[i].t;
+                total_size += (double)o[i].t.nbytes;
+                if (wm_out && json_object_set_new(wm_out, o[i].t.name,
+                                                  json_string(map.files[fi])) != 0) {
+                    set_err(err, errlen, "out of memory");
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+        if (ok) {
+            path = path_join(out_dir, map.files[fi]);
+            ok = path && st_write(path, ts, n, meta_keys, meta_values, 1, err, errlen) == 0;
+            if (!path)
+                set_err(err, errlen, "out of memory");
+            free(path);
+            path = NULL;
+        }
+        free(ts);
+        free_shard(o, n);
+        if (!ok)
+            goto done;
+    }
+    if (index_out) {
+        json_object_set_new(index_out, "metadata",
+                            json_pack("{s:I}", "total_size", (json_int_t)total_size));
+        json_object_set(index_out, "weight_map", wm_out);
+        path = path_join(out_dir, "model.safetensors.index.json");
+        if (!path || write_json(path, index_out, err, errlen) != 0)
+            goto done;
+        free(path);
+        path = NULL;
+    }
+    path = path_join(out_dir, "config.json");
+    if (!path || write_json(path, config, err, errlen) != 0)
+        goto done;
+    free(path);
+    path = NULL;
+
+    /* the other files of the model directory (tokenizer, generation config) */
+    {
+        DIR *d = opendir(in_dir);
+        struct dirent *e;
+        if (!d) {
+            set_err(err, errlen, "%s: %s", in_dir, strerror(errno));
+            goto done;
+        }
+        while ((e = readdir(d)) != NULL) {
+            char *from, *to;
+            int skip = e->d_name[0] == '.' || ends_with(e->d_name, ".safetensors") ||
+                       strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
+                       strcmp(e->d_name, "config.json") == 0;
+            if (skip)
+                continue;
+            from = path_join(in_dir, e->d_name);
+            to = path_join(out_dir, e->d_name);
+            if (from && to && stat(from, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                copy_file(from, to, err, errlen) != 0) {
+                free(from);
+                free(to);
+                closedir(d);
+                goto done;
+            }
+            free(from);
+            free(to);
+        }
+        closedir(d);
+    }
+    rc = 0;
+done:
+    free(path);
+    json_decref(config);
+    json_decref(index_out);
+    json_decref(wm_out);
+    shard_map_free(&map);
+    st_checkpoint_close(ck);
+    return rc;
+}

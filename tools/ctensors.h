@@ -1,0 +1,179 @@
+/*
+ * ctensors.h - compressed-tensors int8 w8a8 checkpoints: the
+ * "quantization_config" of config.json, the layers it describes, running one
+ * layer as vLLM runs it, and turning a float checkpoint into one.
+ *
+ * The layout is llm-compressor's (what vLLM's compressed-tensors loader
+ * serves, e.g. RedHatAI/Meta-Llama-3.1-405B-Instruct-quantized.w8a8):
+ *
+ *   config.json  "quantization_config": {
+ *       "quant_method": "compressed-tensors",
+ *       "format": "int-quantized" (or "naive-quantized"),
+ *       "ignore": ["lm_head", "re:.*mlp.gate$", ...],
+ *       "config_groups": { "group_0": {
+ *           "targets": ["Linear"],
+ *           "weights": {"num_bits": 8, "type": "int", "symmetric": true,
+ *                       "strategy": "channel" | "tensor", "dynamic": false},
+ *           "input_activations": {"num_bits": 8, "type": "int",
+ *                       "symmetric": true | false,
+ *                       "strategy": "token" (dynamic) | "tensor" (static),
+ *                       "dynamic": true | false} } } }
+ *   tensors      <layer>.weight            I8, N x K ([out, in])
+ *                <layer>.weight_scale      F32/F16/BF16, N x 1 or N (channel),
+ *                                          1 or 1 x 1 (tensor)
+ *                <layer>.input_scale       static activations: 1 element
+ *                <layer>.input_zero_point  static asymmetric: 1 element,
+ *                                          I8 or I32
+ *                <layer>.bias              optional, N, F32/F16/BF16
+ *
+ * Scheme -> library modes (doc/accuracy.md):
+ *   weights channel -> scale_b per channel (N); tensor -> per tensor (1)
+ *   activations dynamic token symmetric  -> SMM_QUANT_DYNAMIC_PER_TOKEN, azp NULL
+ *               dynamic token asymmetric -> SMM_QUANT_DYNAMIC_PER_TOKEN with a
+ *                                           per-token azp into smm_scaled_mm
+ *               static tensor symmetric  -> SMM_QUANT_STATIC_PER_TENSOR, input_scale
+ *               static tensor asymmetric -> the same with input_zero_point as
+ *                                           the per-tensor azp
+ * Anything else (num_bits != 8, type "float", asymmetric weights, group,
+ * block or attn_head strategies, actorder, dynamic weights, output
+ * activations, ...) is rejected with a message naming the field, e.g.
+ *   config.json: quantization_config.config_groups.group_0.weights.strategy:
+ *   "group" is not supported (tensor or channel)
+ */
+#ifndef SMM_CTENSORS_H
+#define SMM_CTENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "safetensors.h"
+#include "scaledmm.h"
+
+/* One config group's scheme, in the library's terms. */
+typedef struct ct_scheme {
+    int weight_per_channel;   /* 1: "channel" (scale_b has N entries); 0: "tensor" */
+    int act_dynamic;          /* 1: dynamic per token; 0: static per tensor */
+    int act_symmetric;        /* 0: activations carry a zero point */
+} ct_scheme;
+
+typedef struct ct_config ct_config;
+
+/*
+ * Parses a config.json text (the whole file; its "quantization_config" is
+ * what is read). display_name prefixes messages ("config.json"). Returns the
+ * configuration, or NULL with a message naming the offending field in err.
+ */
+ct_config *ct_config_parse(const char *json, size_t len, const char *display_name,
+                           char *err, size_t errlen);
+/* Reads DIR/config.json and parses it as above. */
+ct_config *ct_config_load(const char *dir, char *err, size_t errlen);
+void ct_config_free(ct_config *c);
+
+/* The group a layer (module name, e.g. "model.layers.0.mlp.down_proj")
+ * belongs to, or NULL when no group targets it or the ignore list names it.
+ * Targets and ignore entries match as vLLM matches them: an exact module
+ * name, "re:PATTERN" (POSIX extended regex anchored at the start of the
+ * name, as Python's re.match; the pattern must be valid for regcomp), or
+ * the class name "Linear" (every quantized layer of a checkpoint is a
+ * Linear). *group_name receives the group's key when non-NULL. */
+const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
+                                 const char **group_name);
+/* 1 when the ignore list names `layer`. */
+int ct_config_ignored(const ct_config *c, const char *layer);
+
+/* A quantized linear layer of a checkpoint. Weight data point into the
+ * checkpoint's mapping; the float vectors are widened copies (owned). */
+typedef struct ct_layer {
+    char *name;                 /* module name, without ".weight" */
+    const char *group;          /* config group key */
+    ct_scheme scheme;
+    int64_t n, k;               /* weight N x K */
+    const int8_t *weight;       /* N x K, row-major */
+    float *weight_scale;        /* N (channel) or 1 (tensor) float32 values */
+    int64_t weight_scale_len;
+    float input_scale;          /* static activations */
+    int32_t input_zero_point;   /* static asymmetric activations */
+    float *bias;                /* N float32 values, or NULL */
+} ct_layer;
+
+typedef struct ct_model {
+    st_checkpoint *ckpt;
+    ct_config *config;
+    ct_layer *layers;           /* in the checkpoint's tensor order */
+    size_t nlayers;
+} ct_model;
+
+/*
+ * Opens a compressed-tensors checkpoint directory (config.json and
+ * model.safetensors or a sharded index) and validates every quantized
+ * layer: each I8 "<layer>.weight" (2-D) must be targeted by a config group,
+ * have a weight_scale of the scheme's shape in F32/F16/BF16 with finite
+ * values >= 0, input_scale (finite, > 0) for static activations,
+ * input_zero_point (I8 or I32, 1 element) for static asymmetric ones, and a
+ * bias, when present, of N float values. Returns the model, or NULL with a
+ * message naming the file or tensor in err.
+ */
+ct_model *ct_model_open(const char *dir, char *err, size_t errlen);
+void ct_model_close(ct_model *m);
+const ct_layer *ct_model_find(const ct_model *m, const char *name);
+
+/*
+ * Runs one layer as vLLM's compressed-tensors w8a8 int8 scheme runs it:
+ *   1. smm_quantize_i8 of x (M x K of x_dtype, row-major, contiguous) in the
+ *      scheme's activation mode (dynamic: per-token scales, and zero points
+ *      when asymmetric; static: input_scale, input_zero_point);
+ *   2. smm_scaled_mm with the weight scales, the zero points (if any) and the
+ *      bias (if any) into y (M x N of y_dtype: F32, F16 or BF16, row-major,
+ *      contiguous). vLLM's output dtype is the activation dtype.
+ * Returns 0, or -1 with the library's message in err (y then untouched).
+ */
+int ct_layer_forward(smm_context *ctx, const ct_layer *layer, int64_t m,
+                     const void *x, smm_dtype x_dtype, void *y, smm_dtype y_dtype,
+                     char *err, size_t errlen);
+
+/* ---- Quantizing a float checkpoint (scaledmm quantize) ---- */
+
+/*
+ * Whether a tensor of a float checkpoint is treated as a Linear layer's
+ * weight and quantized: a 2-D F32/F16/BF16 tensor named "<module>.weight"
+ * whose module name has no component containing "embed" or "norm"
+ * (case-insensitive) and whose last component is not "lm_head". 1 yes,
+ * 0 no.
+ */
+int ct_is_linear_weight(const st_tensor *t);
+
+/*
+ * Per-channel symmetric int8 quantization of one weight row, with
+ * compressed-tensors' formula (calculate_qparams, _quantize):
+ *   amax  = max(|min(w, 0)|, max(w, 0)) over the row     (float32)
+ *   scale = amax / 127.5f                                ((qmax - qmin) / 2)
+ *   scale = FLT_EPSILON when it is 0                     (finfo(float32).eps)
+ *   q     = round_half_even(clamp(w / scale, -128, 127)) (true division)
+ * w: k float32 values (finite). Writes q[0..k-1] and returns the scale.
+ */
+float ct_quantize_row(const float *w, int64_t k, int8_t *q);
+
+/* Progress callback of ct_quantize_checkpoint: tensor `done` of `total`. */
+typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void *user);
+
+/*
+ * scaledmm quantize: reads the float checkpoint in in_dir (model.safetensors
+ * or a sharded index; F32/F16/BF16 weights) and writes out_dir (created if
+ * absent, must not be in_dir) as a compressed-tensors w8a8 checkpoint:
+ * every Linear weight (ct_is_linear_weight) quantized per channel with
+ * ct_quantize_row (I8 N x K, weight_scale F32 N x 1), activations dynamic
+ * per-token symmetric; every other tensor copied unchanged; the shards
+ * mirror the input's (same file names, same tensors in each, index
+ * rewritten); config.json is the input's (or {}) with
+ * "quantization_config" added; other regular files of in_dir (tokenizer,
+ * generation config) are copied. An input that already has a
+ * quantization_config, a non-finite weight, or a Linear weight whose
+ * module already has a "weight_scale" tensor is an error.
+ * Returns 0, or -1 with a message in err (files already written may remain;
+ * each is written atomically).
+ */
+int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
+                           ct_progress_fn progress, void *user,
+                           char *err, size_t errlen);
+
+#endif
