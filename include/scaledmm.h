@@ -13,6 +13,9 @@
  *     last: ((rows - 1) * ld + cols) * element_size bytes. The leading
  *     dimension of a matrix with a single row is neither read nor validated.
  *   - Pointers to operands with zero elements may be NULL.
+ *   - Pointers to elements wider than a byte (float, int32, float16,
+ *     bfloat16; c and x included) must be aligned to their element size,
+ *     else SMM_ERR_INVALID_ARG; int8 operands may start at any address.
  *   - On any error nothing is written to any output.
  *   - Argument structs must be zero-initialised before the fields are set
  *     (`smm_scaled_mm_args a = {0};` or designated initialisers), so that
@@ -80,6 +83,7 @@ typedef enum {
 } smm_quant_mode;
 
 typedef struct smm_context smm_context;
+typedef struct smm_packed_b smm_packed_b;
 
 /*
  * Optional allocator for everything a context allocates (the context itself
@@ -209,6 +213,10 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  *            M (per-token), or NULL (azp_len then ignored)
  *   c        M x N, row-major, ldc >= N (elements), of type c_dtype:
  *            SMM_DTYPE_F32, SMM_DTYPE_F16 or SMM_DTYPE_BF16
+ *   b_packed B prepacked by smm_pack_b, or NULL (the default). When set,
+ *            b must be NULL, ldb is ignored, and b_packed's n and k must
+ *            equal n and k; the context must be able to use it (see
+ *            smm_pack_b). Results are bit-for-bit those of the unpacked B.
  */
 typedef struct smm_scaled_mm_args {
     int64_t m, n, k;
@@ -226,6 +234,7 @@ typedef struct smm_scaled_mm_args {
     void *c;
     int64_t ldc;
     smm_dtype c_dtype;
+    const smm_packed_b *b_packed;
 } smm_scaled_mm_args;
 
 /*
@@ -242,9 +251,11 @@ typedef struct smm_scaled_mm_args {
  * negative, a required pointer NULL, lda < K when M > 1, ldb < K when N > 1,
  * ldc < N when M > 1, scale_a_len not 1 or M, scale_b_len not 1 or N,
  * azp_len not 1 or M with azp set, c_dtype not F32/F16/BF16, a footprint
- * whose byte count overflows), SMM_ERR_OVERLAP (C's footprint intersects
- * A, B, scale_a, scale_b, bias or azp), SMM_ERR_NO_MEMORY,
- * SMM_ERR_UNSUPPORTED, SMM_ERR_DEVICE.
+ * whose byte count overflows; with b_packed: b also set, b_packed's n or k
+ * not those of the problem, or a packed format this context cannot use),
+ * SMM_ERR_OVERLAP (C's footprint intersects A, B, scale_a, scale_b, bias,
+ * azp, or b_packed's buffer), SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED,
+ * SMM_ERR_DEVICE. The b_packed checks are made even when M or N is 0.
  */
 SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *args);
 
@@ -262,6 +273,70 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
                                     const int8_t *a, int64_t lda,
                                     const int8_t *b, int64_t ldb,
                                     int32_t *c, int64_t ldc);
+
+/* ------------------------------------------------------------------ */
+/* Prepacked weights                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Packs B (int8, N x K, row-major, ldb >= K elements when N > 1; the `b` of
+ * smm_scaled_mm) once, in the layout ctx's backend computes from, together
+ * with what its kernels precompute (the column sums of B over K, modulo
+ * 2^32, used with azp). Pass the result as smm_scaled_mm_args.b_packed (with
+ * b = NULL) or to smm_gemm_s8s8s32_packed: every result is bit-for-bit the
+ * one computed from the unpacked B, and the backend skips work it would
+ * redo on every call (packing B, the column sums). A packed B is only read
+ * by the calls using it, so concurrent calls (on different contexts) may
+ * share it. The packed copy is independent of b (which may be freed) and
+ * of ctx: it is allocated through ctx's allocator, which it keeps, so
+ * smm_packed_b_destroy works after smm_context_destroy(ctx).
+ *
+ * Packing is a pure function of B and the format (smm_packed_b_format). A
+ * packed B can be used with any context of the same backend whose kernels
+ * compute from the same format; today every CPU kernel level (SMM_CPU_ISA
+ * scalar or avx2) uses the one CPU format, so a B packed by one level is used
+ * as is by the others. Using it with a context of another backend or format
+ * is SMM_ERR_INVALID_ARG, with a message naming both formats.
+ *   cpu:       int16 panels of 4 rows of B per K block of 1024 (the blocked
+ *              driver's layout), an int8 copy of B (read by the small-M
+ *              path) and the column sums: about 3 bytes per element of B
+ *              (panels padded to 4 rows and to K a multiple of 16).
+ *   reference: an int8 copy of B (the reference stays the plain loop nest).
+ * Errors (*out set to NULL when out is non-NULL): SMM_ERR_INVALID_ARG (ctx
+ * or out NULL, b NULL with N * K > 0, negative size, ldb < K when N > 1,
+ * the byte size of B or of the packed copy overflows), SMM_ERR_NO_MEMORY,
+ * SMM_ERR_UNSUPPORTED (the backend has no packed format, e.g. a GPU
+ * backend of this version).
+ */
+SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
+                              int64_t ldb, smm_packed_b **out);
+
+/* Frees a packed B (through the allocator of the context that made it, which
+ * may already be destroyed). NULL is a no-op. */
+SMM_API void smm_packed_b_destroy(smm_packed_b *pb);
+
+/* N and K of a packed B; -1 for NULL. */
+SMM_API int64_t smm_packed_b_n(const smm_packed_b *pb);
+SMM_API int64_t smm_packed_b_k(const smm_packed_b *pb);
+
+/* A static description of the packed layout, prefixed with the backend,
+ * e.g. "cpu int16 panels 4x1024 + int8 rows + colsums"; two packed Bs are
+ * interchangeable exactly when their formats are equal strings. "" for
+ * NULL. Never NULL. */
+SMM_API const char *smm_packed_b_format(const smm_packed_b *pb);
+
+/*
+ * smm_gemm_s8s8s32 with B prepacked: C[m][n] = sum_k A[m][k] * B[n][k]
+ * (mod 2^32). a: int8 M x K, lda >= K; pb: packed N x K by smm_pack_b;
+ * c: int32 M x N, ldc >= N. Shorthand for the b_packed route of
+ * smm_scaled_mm without the epilogue.
+ * Errors (nothing written): as smm_gemm_s8s8s32, plus SMM_ERR_INVALID_ARG
+ * when pb is NULL, pb's n or k differ from n and k, or ctx cannot use pb's
+ * format; SMM_ERR_OVERLAP when C intersects pb's buffer.
+ */
+SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t n, int64_t k,
+                                           const int8_t *a, int64_t lda,
+                                           const smm_packed_b *pb, int32_t *c, int64_t ldc);
 
 /* ------------------------------------------------------------------ */
 /* Activation quantization                                             */

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "internal.h"
 
+#include <string.h>
 #include <strings.h>
 
 SMM_API const char *smm_version(void)
@@ -114,6 +115,93 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
     if (st != SMM_OK || m == 0 || n == 0)
         return st;
     return run_mm(ctx, &p);
+}
+
+SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t n, int64_t k,
+                                           const int8_t *a, int64_t lda, const smm_packed_b *pb,
+                                           int32_t *c, int64_t ldc)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!pb)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_gemm_s8s8s32_packed: pb is NULL");
+    smm_mm_problem p = {
+        .m = m, .n = n, .k = k,
+        .a = a, .lda = lda,
+        .c = c, .ldc = ldc,
+        .c_dtype = SMM_DTYPE_I32,
+        .b_packed = pb,
+    };
+    smm_status st = smm_check_mm(ctx, &p, 1);
+    if (st != SMM_OK || m == 0 || n == 0)
+        return st;
+    return run_mm(ctx, &p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Packed B                                                            */
+/* ------------------------------------------------------------------ */
+
+SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
+                              int64_t ldb, smm_packed_b **out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!out)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_pack_b: out is NULL");
+    smm_status st = smm_check_pack_b(ctx, n, k, b, ldb);
+    if (st != SMM_OK)
+        return st;
+    if (!ctx->ops->pack_b || !ctx->ops->packed_format)
+        return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "smm_pack_b: the %s backend has no packed B",
+                             ctx->ops->name);
+    smm_packed_b *pb = smm_alloc(ctx, sizeof *pb, 64);
+    if (!pb)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "smm_pack_b: out of memory");
+    memset(pb, 0, sizeof *pb);
+    pb->backend = ctx->backend;
+    pb->format = ctx->ops->packed_format(ctx);
+    pb->n = n;
+    pb->k = k;
+    pb->alloc = ctx->alloc;
+    st = ctx->ops->pack_b(ctx, b, ldb, pb);
+    if (st != SMM_OK) {
+        smm_free(ctx, pb);
+        if (ctx->last_error[0] == '\0')
+            smm_set_error(ctx, st, "smm_pack_b: %s backend: %s", ctx->ops->name, smm_strerror(st));
+        return st;
+    }
+    *out = pb;
+    return SMM_OK;
+}
+
+SMM_API void smm_packed_b_destroy(smm_packed_b *pb)
+{
+    if (!pb)
+        return;
+    smm_allocator al = pb->alloc;
+    if (pb->mem)
+        al.free(pb->mem, al.user);
+    al.free(pb, al.user);
+}
+
+SMM_API int64_t smm_packed_b_n(const smm_packed_b *pb)
+{
+    return pb ? pb->n : -1;
+}
+
+SMM_API int64_t smm_packed_b_k(const smm_packed_b *pb)
+{
+    return pb ? pb->k : -1;
+}
+
+SMM_API const char *smm_packed_b_format(const smm_packed_b *pb)
+{
+    return pb && pb->format ? pb->format : "";
 }
 
 SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *args)

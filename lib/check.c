@@ -7,6 +7,7 @@
  *   - sizes >= 0; M == 0 or N == 0 is a no-op (checked no further);
  *   - a leading dimension is checked only where it is read (rows > 1);
  *   - a pointer is required when its operand has at least one element;
+ *   - pointers to elements wider than a byte are naturally aligned;
  *   - footprints ((rows - 1) * ld + cols) * element_size must not overflow;
  *   - no output footprint may intersect an input's or another output's.
  */
@@ -15,6 +16,7 @@
 
 #include <inttypes.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A byte range [lo, hi); empty when lo == hi. */
 typedef struct {
@@ -45,6 +47,13 @@ static int footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int6
         return 0;
     out->hi = hi;
     return 1;
+}
+
+/* Elements of size > 1 must be naturally aligned (C's rule for the typed
+ * pointers; the same for the void * of c and x, whose type is an enum). */
+static int misaligned(const void *p, int64_t esize)
+{
+    return p && esize > 1 && ((uintptr_t)p % (uintptr_t)esize) != 0;
 }
 
 static int intersects(const range *x, const range *y)
@@ -80,22 +89,44 @@ smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
         p->c_dtype != SMM_DTYPE_BF16)
         FAIL(SMM_ERR_INVALID_ARG, "%s: c_dtype (%d, %s) is not f32, f16 or bf16", who,
              (int)p->c_dtype, smm_dtype_name(p->c_dtype));
+    /* A packed B is checked even for an empty problem: a mismatch is a
+     * bug in the caller whatever M is. */
+    const smm_packed_b *pb = p->b_packed;
+    if (pb) {
+        if (p->b)
+            FAIL(SMM_ERR_INVALID_ARG, "%s: b and b_packed are both set (b must be NULL)", who);
+        if (pb->n != p->n || pb->k != p->k)
+            FAIL(SMM_ERR_INVALID_ARG,
+                 "%s: b_packed holds n %" PRId64 " x k %" PRId64 ", the problem has n %" PRId64
+                 " x k %" PRId64, who, pb->n, pb->k, p->n, p->k);
+        const char *fmt = ctx->ops->packed_format ? ctx->ops->packed_format(ctx) : NULL;
+        if (pb->backend != ctx->backend || !fmt || strcmp(fmt, pb->format) != 0)
+            FAIL(SMM_ERR_INVALID_ARG,
+                 "%s: b_packed has format \"%s\", this context (%s backend) uses \"%s\"", who,
+                 pb->format, ctx->ops->name, fmt ? fmt : "none");
+    }
     if (p->m == 0 || p->n == 0)
         return SMM_OK;
 
     const int64_t m = p->m, n = p->n, k = p->k;
     if (k > 0 && !p->a)
         FAIL(SMM_ERR_INVALID_ARG, "%s: a is NULL", who);
-    if (k > 0 && !p->b)
+    if (k > 0 && !p->b && !pb)
         FAIL(SMM_ERR_INVALID_ARG, "%s: b is NULL", who);
     if (!p->c)
         FAIL(SMM_ERR_INVALID_ARG, "%s: c is NULL", who);
     if (m > 1 && p->lda < k)
         FAIL(SMM_ERR_INVALID_ARG, "%s: lda (%" PRId64 ") < k (%" PRId64 ")", who, p->lda, k);
-    if (n > 1 && p->ldb < k)
+    if (n > 1 && !pb && p->ldb < k)
         FAIL(SMM_ERR_INVALID_ARG, "%s: ldb (%" PRId64 ") < k (%" PRId64 ")", who, p->ldb, k);
     if (m > 1 && p->ldc < n)
         FAIL(SMM_ERR_INVALID_ARG, "%s: ldc (%" PRId64 ") < n (%" PRId64 ")", who, p->ldc, n);
+    if (misaligned(p->c, raw ? 4 : dtype_size(p->c_dtype)))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c (%p) is not aligned to its %d-byte elements", who, p->c,
+             raw ? 4 : dtype_size(p->c_dtype));
+    if (!raw && (misaligned(p->scale_a, 4) || misaligned(p->scale_b, 4) ||
+                 misaligned(p->bias, 4) || misaligned(p->azp, 4)))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a, scale_b, bias or azp is not 4-byte aligned", who);
     if (!raw) {
         if (!p->scale_a)
             FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a is NULL", who);
@@ -114,8 +145,10 @@ smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
 
     range in[6], c;
     int nin = 0;
+    /* A packed B's buffer counts as an input: its size is known. */
     int ok = footprint(p->a, m, k, p->lda, 1, "a", &in[nin++]) &&
-             footprint(p->b, n, k, p->ldb, 1, "b", &in[nin++]);
+             (pb ? footprint(pb->mem, 1, (int64_t)pb->bytes, 0, 1, "b_packed", &in[nin++])
+                 : footprint(p->b, n, k, p->ldb, 1, "b", &in[nin++]));
     if (ok && !raw) {
         ok = footprint(p->scale_a, 1, p->scale_a_len, 0, 4, "scale_a", &in[nin++]) &&
              footprint(p->scale_b, 1, p->scale_b_len, 0, 4, "scale_b", &in[nin++]) &&
@@ -129,6 +162,21 @@ smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
     for (int i = 0; i < nin; i++)
         if (intersects(&c, &in[i]))
             FAIL(SMM_ERR_OVERLAP, "%s: c overlaps %s", who, in[i].name);
+    return SMM_OK;
+}
+
+smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b, int64_t ldb)
+{
+    const char *who = "smm_pack_b";
+    if (n < 0 || k < 0)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: negative size (n %" PRId64 ", k %" PRId64 ")", who, n, k);
+    if (n > 0 && k > 0 && !b)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: b is NULL", who);
+    if (n > 1 && ldb < k)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldb (%" PRId64 ") < k (%" PRId64 ")", who, ldb, k);
+    range r;
+    if (!footprint(b, n, k, ldb, 1, "b", &r))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of b overflows", who);
     return SMM_OK;
 }
 
@@ -159,6 +207,11 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q)
         FAIL(SMM_ERR_INVALID_ARG, "%s: ldx (%" PRId64 ") < k (%" PRId64 ")", who, q->ldx, k);
     if (m > 1 && q->ldq < k)
         FAIL(SMM_ERR_INVALID_ARG, "%s: ldq (%" PRId64 ") < k (%" PRId64 ")", who, q->ldq, k);
+    if (misaligned(q->x, dtype_size(q->x_dtype)))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: x (%p) is not aligned to its %d-byte elements", who, q->x,
+             dtype_size(q->x_dtype));
+    if (misaligned(q->scale, 4) || misaligned(q->azp, 4))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale or azp is not 4-byte aligned", who);
 
     range x, out[3], in_scale, in_azp;
     int64_t per = dynamic ? m : 1;

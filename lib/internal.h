@@ -25,8 +25,26 @@
 
 /* One matrix multiplication. c_dtype == SMM_DTYPE_I32 means the raw
  * accumulators of smm_gemm_s8s8s32 (scale_a, scale_b, bias, azp all NULL);
- * otherwise the scaled epilogue of smm_scaled_mm. */
+ * otherwise the scaled epilogue of smm_scaled_mm. Exactly one of b and
+ * b_packed is set; a b_packed reaching a backend was packed by that
+ * backend in the format its packed_format op names (lib/check.c). */
 typedef smm_scaled_mm_args smm_mm_problem;
+
+/*
+ * A packed B (smm_pack_b). The framework fills backend, n, k and alloc; the
+ * backend's pack_b op fills the rest, with all of its data in the one
+ * allocation `mem` (freed by smm_packed_b_destroy through `alloc`).
+ */
+struct smm_packed_b {
+    smm_backend backend;      /* the backend that packed it */
+    const char *format;       /* static; equal strings = same layout */
+    int64_t n, k;
+    smm_allocator alloc;      /* the creating context's allocator */
+    void *mem;                /* the packed data (one allocation) */
+    size_t bytes;             /* its size, for the overlap checks */
+    const int8_t *rows;       /* B as dense N x K rows (ld K) inside mem, or NULL */
+    const void *data;         /* the backend's layout inside mem */
+};
 
 typedef struct smm_backend_ops {
     smm_backend id;
@@ -39,6 +57,13 @@ typedef struct smm_backend_ops {
     void (*fini)(smm_context *ctx);
     smm_status (*mm)(smm_context *ctx, const smm_mm_problem *p);
     smm_status (*quantize)(smm_context *ctx, const smm_quantize_args *q);
+    /* Optional (NULL: no packed B). The format a context packs into and can
+     * compute from (a static string starting with the backend's name). */
+    const char *(*packed_format)(const smm_context *ctx);
+    /* Optional: packs a validated B (n, k >= 0 in pb; b non-NULL when
+     * n * k > 0; ldb >= k when n > 1) into pb, allocating pb->mem through
+     * ctx. On error nothing is left allocated. */
+    smm_status (*pack_b)(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb);
 } smm_backend_ops;
 
 struct smm_context {
@@ -80,6 +105,9 @@ void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
  * scales), raw == 0 an smm_scaled_mm one. */
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw) SMM_INTERNAL;
 smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
+/* smm_pack_b's B: sizes, pointer, ldb, footprint. */
+smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
+                            int64_t ldb) SMM_INTERNAL;
 
 /* CPU features (lib/probe.c), probed once. */
 typedef struct smm_cpu_info {

@@ -135,10 +135,14 @@ static smm_status reference_mm(smm_context *ctx, const smm_mm_problem *p)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
                              "reference: unsupported output type %d", (int)p->c_dtype);
 
+    /* A packed B (reference_pack_b) is B's rows, copied densely. */
+    const int8_t *b = p->b_packed ? p->b_packed->rows : p->b;
+    const int64_t ldb = p->b_packed ? p->k : p->ldb;
+
     for (i = 0; i < p->m; i++) {
         const int8_t *arow = p->a + i * p->lda;
         for (j = 0; j < p->n; j++) {
-            const int8_t *brow = p->b + j * p->ldb;
+            const int8_t *brow = b + j * ldb;
             const int64_t off = i * p->ldc + j;
             uint32_t acc = 0, colsum = 0;
             float sa, sb, f, t, y;
@@ -317,6 +321,36 @@ static smm_status reference_quantize(smm_context *ctx, const smm_quantize_args *
 }
 
 /* ------------------------------------------------------------------ */
+/* Packed B: a dense copy of B's rows                                  */
+/* ------------------------------------------------------------------ */
+
+static const char reference_format[] = "reference int8 rows";
+
+static const char *reference_packed_format(const smm_context *ctx)
+{
+    (void)ctx;
+    return reference_format;
+}
+
+static smm_status reference_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
+                                   smm_packed_b *pb)
+{
+    int64_t j;
+    size_t bytes = (size_t)pb->n * (size_t)pb->k;   /* B's footprint was checked */
+    int8_t *rows = smm_alloc(ctx, bytes, 64);
+
+    if (rows == NULL)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "reference: out of memory (%zu bytes)", bytes);
+    for (j = 0; j < pb->n && pb->k > 0; j++)
+        memcpy(rows + j * pb->k, b + j * ldb, (size_t)pb->k);
+    pb->mem = rows;
+    pb->bytes = bytes;
+    pb->rows = rows;
+    pb->data = rows;
+    return SMM_OK;
+}
+
+/* ------------------------------------------------------------------ */
 /* Registration                                                        */
 /* ------------------------------------------------------------------ */
 
@@ -335,4 +369,6 @@ const smm_backend_ops smm_reference_ops = {
     NULL, /* fini */
     reference_mm,
     reference_quantize,
+    reference_packed_format,
+    reference_pack_b,
 };

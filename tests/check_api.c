@@ -362,6 +362,18 @@ START_TEST(test_scaled_mm_bad_args)
             MM_BAD(ctx, f, A->c_dtype = SMM_DTYPE_I8, SMM_ERR_INVALID_ARG);
             MM_BAD(ctx, f, A->c_dtype = (smm_dtype)5, SMM_ERR_INVALID_ARG);
             MM_BAD(ctx, f, A->c_dtype = (smm_dtype)-1, SMM_ERR_INVALID_ARG);
+            /* elements wider than a byte must be naturally aligned */
+            MM_BAD(ctx, f, A->c = f->c.p + 1, SMM_ERR_INVALID_ARG);
+            if (dts[d] == SMM_DTYPE_F32)
+                MM_BAD(ctx, f, A->c = f->c.p + 2, SMM_ERR_INVALID_ARG);
+            MM_BAD(ctx, f, A->scale_a = (const float *)(const void *)((const char *)f->sa + 1),
+                   SMM_ERR_INVALID_ARG);
+            MM_BAD(ctx, f, A->scale_b = (const float *)(const void *)((const char *)f->sb + 2),
+                   SMM_ERR_INVALID_ARG);
+            MM_BAD(ctx, f, A->bias = (const float *)(const void *)((const char *)f->bias + 3),
+                   SMM_ERR_INVALID_ARG);
+            MM_BAD(ctx, f, A->azp = (const int32_t *)(const void *)((const char *)f->azp + 1),
+                   SMM_ERR_INVALID_ARG);
             /* byte counts that overflow (nothing may be touched, no crash) */
             MM_BAD(ctx, f, (A->m = INT64_MAX / 2, A->scale_a_len = 1, A->azp_len = 1),
                    SMM_ERR_INVALID_ARG);
@@ -407,6 +419,8 @@ START_TEST(test_gemm_bad_args)
         GEMM_BAD(ctx, M, N, K, f->a, K - 1, f->b, LDB, c, LDC, SMM_ERR_INVALID_ARG);
         GEMM_BAD(ctx, M, N, K, f->a, LDA, f->b, K - 1, c, LDC, SMM_ERR_INVALID_ARG);
         GEMM_BAD(ctx, M, N, K, f->a, LDA, f->b, LDB, c, N - 1, SMM_ERR_INVALID_ARG);
+        GEMM_BAD(ctx, M, N, K, f->a, LDA, f->b, LDB, (int32_t *)(void *)(f->c.p + 2), LDC,
+                 SMM_ERR_INVALID_ARG);   /* misaligned int32 output */
         GEMM_BAD(ctx, M, N, K, f->a, INT64_MAX / 2 + 1, f->b, LDB, c, LDC, SMM_ERR_INVALID_ARG);
         GEMM_BAD(ctx, M, N, K, f->a, LDA, f->b, INT64_MAX, c, LDC, SMM_ERR_INVALID_ARG);
         GEMM_BAD(ctx, M, N, K, f->a, LDA, f->b, LDB, c, INT64_MAX / 4 + 1, SMM_ERR_INVALID_ARG);
@@ -591,6 +605,11 @@ START_TEST(test_quantize_bad_args)
             Q_BAD(ctx, base, A->x = NULL, SMM_ERR_INVALID_ARG);
             Q_BAD(ctx, base, A->q = NULL, SMM_ERR_INVALID_ARG);
             Q_BAD(ctx, base, A->scale = NULL, SMM_ERR_INVALID_ARG);
+            Q_BAD(ctx, base, A->x = (const char *)x + 2, SMM_ERR_INVALID_ARG);   /* f32 */
+            Q_BAD(ctx, base, (A->x = (const char *)x + 1, A->x_dtype = SMM_DTYPE_BF16),
+                  SMM_ERR_INVALID_ARG);
+            Q_BAD(ctx, base, A->scale = (float *)(void *)((char *)A->scale + 1), SMM_ERR_INVALID_ARG);
+            Q_BAD(ctx, base, A->azp = (int32_t *)(void *)((char *)A->azp + 2), SMM_ERR_INVALID_ARG);
             Q_BAD(ctx, base, A->ldx = QK - 1, SMM_ERR_INVALID_ARG);
             Q_BAD(ctx, base, A->ldq = QK - 1, SMM_ERR_INVALID_ARG);
             Q_BAD(ctx, base, A->ldx = -1, SMM_ERR_INVALID_ARG);

@@ -387,7 +387,7 @@ static void *forward_checked(smm_context *ctx, const ct_layer *L, int64_t m, con
     tu_buf y1, y2;
     char err[1024];
     void *res;
-    tu_buf_alloc(&y1, bytes, 3, 0xA5);
+    tu_buf_alloc(&y1, bytes, esz, 0xA5);   /* element-aligned, not 64-byte aligned */
     tu_buf_alloc(&y2, bytes, 0, 0x5A);
     ck_assert_msg(ct_layer_forward(ctx, L, m, x, dt, y1.p, dt, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(ct_layer_forward(ctx, L, m, x, dt, y2.p, dt, err, sizeof err) == 0, "%s", err);

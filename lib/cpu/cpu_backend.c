@@ -72,6 +72,13 @@ static void cpu_fini(smm_context *ctx)
     ctx->backend_data = NULL;
 }
 
+/* Every kernel level computes from the same packed layout (gemm.c). */
+static const char *cpu_packed_format(const smm_context *ctx)
+{
+    (void)ctx;
+    return smm_cpu_packed_format;
+}
+
 const smm_backend_ops smm_cpu_ops = {
     SMM_BACKEND_CPU,
     "cpu",
@@ -80,4 +87,6 @@ const smm_backend_ops smm_cpu_ops = {
     cpu_fini,
     smm_cpu_mm,
     smm_cpu_quantize,
+    cpu_packed_format,
+    smm_cpu_pack_b,
 };

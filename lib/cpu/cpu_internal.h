@@ -107,9 +107,15 @@ typedef struct smm_cpu_state {
     const smm_cpu_kernels *k;
 } smm_cpu_state;
 
-/* The backend's two operations (gemm.c, quantize.c); arguments already
+/* The backend's operations (gemm.c, quantize.c); arguments already
  * validated by the framework (lib/internal.h). */
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
+smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
+                          smm_packed_b *pb) SMM_INTERNAL;
+/* The one packed-B format of every kernel level (gemm.c): the blocked
+ * driver's int16 panels (SMM_CPU_NR rows per K block), an int8 copy of B
+ * for the small-M path, and the column sums. */
+extern const char smm_cpu_packed_format[] SMM_INTERNAL;
 smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
 
 /* ------------------------------------------------------------------ */

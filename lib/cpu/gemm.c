@@ -16,6 +16,14 @@
  *           int32 accumulators (modulo 2^32)
  *   epilogue: accumulators (minus z * colsum) -> scaled output in C
  *
+ * A B prepacked by smm_cpu_pack_b (smm_pack_b) holds exactly the panels the
+ * loop above would pack, in the order it reads them ([K block][NR rows]),
+ * so the blocked path reads them in place when several row tiles share
+ * them (SMM_CPU_PANELS_MIN_MTILES; the panels are twice B's bytes, so a
+ * single row tile is faster packing the int8 copy on the fly); the small-M
+ * path reads the packed int8 copy of B; the column sums are precomputed,
+ * so no row of ones is added to A.
+ *
  * Exactness: a microkernel sums at most 65536 products of int8 values in
  * int32, which cannot overflow; K blocks and the zero-point correction are
  * combined in uint32, i.e. modulo 2^32, so every K (2^17 and beyond
@@ -35,6 +43,7 @@
 #include "config.h"
 #include "cpu/cpu_internal.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -48,6 +57,12 @@
 #define SMM_CPU_NC 128
 /* M at or below which B is read in place (no packing of B). */
 #define SMM_CPU_DIRECT_M 12
+/* A packed B's int16 panels are read when C has at least this many row
+ * tiles (each panel then serves that many tiles); fewer, and its int8 copy
+ * is packed on the fly (see make_plan). 1: always read the panels. */
+#ifndef SMM_CPU_PANELS_MIN_MTILES
+#define SMM_CPU_PANELS_MIN_MTILES 2
+#endif
 /* Column tile of the small-M path. */
 #define SMM_CPU_NC_DIRECT 64
 /* Small-M path: K block sized so that the packed rows of A stay in L2 while
@@ -294,6 +309,44 @@ static int64_t balanced_block(int64_t total, int64_t cap, int64_t unit)
     return round_up((total + nblk - 1) / nblk, unit);
 }
 
+/* ------------------------------------------------------------------ */
+/* Packed B                                                            */
+/* ------------------------------------------------------------------ */
+
+/* The format names the layout: a B packed under other constants must not
+ * be mistaken for this one. */
+_Static_assert(SMM_CPU_NR == 4 && SMM_CPU_KC == 1024 && SMM_CPU_KPAD == 16,
+               "the packed layout changed: rename smm_cpu_packed_format");
+const char smm_cpu_packed_format[] = "cpu int16 panels 4x1024 + int8 rows + colsums";
+
+/*
+ * The layout inside smm_packed_b.mem (all parts 64-byte aligned):
+ *   packed_layout             this header (smm_packed_b.data)
+ *   colsum[G * NR]            uint32 column sums of B over K, mod 2^32
+ *                             (0 past N); G = ceil(N / NR) column groups
+ *   panels                    for each K block kb of SMM_CPU_KC (the last
+ *                             one shorter, kc = K - kb * KC, padded to
+ *                             kcp = round_up(kc, KPAD)), for each group g:
+ *                             NR rows of kcp int16 (rows past N and
+ *                             columns past kc are 0) -- exactly what
+ *                             run_tile packs into bpack;
+ *                             G * NR * round_up(K, KPAD) elements in all
+ *   rows[N * K]               B as dense int8 rows (leading dimension K)
+ */
+typedef struct packed_layout {
+    int64_t groups;
+    const uint32_t *colsum;
+    const int16_t *panels;
+    const int8_t *rows;
+} packed_layout;
+
+/* Panel of column group g in the K block starting at k0 (kcp its padded
+ * length): the full blocks before it hold G * NR * KC elements each. */
+static inline const int16_t *packed_panel(const packed_layout *pk, int64_t k0, int64_t g, int64_t kcp)
+{
+    return pk->panels + k0 * pk->groups * SMM_CPU_NR + g * SMM_CPU_NR * kcp;
+}
+
 /* Geometry and per-thread scratch of one call. */
 typedef struct plan {
     int64_t m, n, k;
@@ -303,6 +356,7 @@ typedef struct plan {
     int64_t ldacc;          /* leading dimension of a tile's accumulators */
     int64_t mtiles, ntiles;
     int direct;             /* B read in place */
+    int panels;             /* B's int16 panels read from a packed B */
     size_t apack_elems, bpack_elems, acc_elems;
     size_t thread_bytes;
 } plan;
@@ -335,12 +389,16 @@ static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads)
     }
     pl->mtiles = (pl->m + pl->mc - 1) / pl->mc;
     pl->ntiles = (pl->n + pl->nc - 1) / pl->nc;
+    /* The int16 panels have twice the bytes of B: worth reading from memory
+     * only when several row tiles reuse them. Otherwise the packed int8
+     * copy is packed on the fly, as an unpacked B would be. */
+    pl->panels = p->b_packed && !pl->direct && pl->mtiles >= SMM_CPU_PANELS_MIN_MTILES;
     if (pl->direct) {
         int64_t kc = SMM_CPU_DIRECT_A_BYTES / ((pl->m + 1) * (int64_t)sizeof(int16_t));
         kc = kc / SMM_CPU_KPAD * SMM_CPU_KPAD;
         pl->kc = kc < SMM_CPU_KC ? SMM_CPU_KC : kc > SMM_CPU_DIRECT_KC_MAX ? SMM_CPU_DIRECT_KC_MAX : kc;
     } else {
-        pl->kc = SMM_CPU_KC;
+        pl->kc = SMM_CPU_KC;   /* the K block of the packed panels */
     }
     pl->kcmax = round_up(min64(pl->k, pl->kc), SMM_CPU_KPAD);
     if (pl->kcmax == 0)
@@ -348,7 +406,7 @@ static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads)
     pl->ldacc = round_up(pl->nc, SMM_CPU_NR);
     /* One more row of A and of the accumulators for the column sums. */
     pl->apack_elems = (size_t)(pl->mc + 1) * (size_t)pl->kcmax;
-    pl->bpack_elems = pl->direct ? 0 : (size_t)SMM_CPU_NR * (size_t)pl->kcmax;
+    pl->bpack_elems = pl->direct || pl->panels ? 0 : (size_t)SMM_CPU_NR * (size_t)pl->kcmax;
     pl->acc_elems = (size_t)(pl->mc + 1) * (size_t)pl->ldacc;
     pl->thread_bytes = align64(pl->apack_elems * sizeof(int16_t)) +
                        align64(pl->bpack_elems * sizeof(int16_t)) +
@@ -368,10 +426,17 @@ static void run_tile(const smm_cpu_kernels *kr, const plan *pl, const smm_mm_pro
 
     const int64_t ldacc = pl->ldacc;
     const int64_t K = pl->k;
+    const packed_layout *pk = p->b_packed ? (const packed_layout *)p->b_packed->data : NULL;
+    /* B's int8 rows where they are read (small-M path, or packed on the
+     * fly): the caller's, or the packed copy (leading dimension K). */
+    const int8_t *brows = pk ? pk->rows : p->b;
+    const int64_t ldb = pk ? K : p->ldb;
     /* With a zero point, one more row of A, all ones, makes the kernels
-     * produce the column sums of B as accumulator row mt. */
-    const int64_t ma = mt + (p->azp ? 1 : 0);
-    uint32_t *colsum = p->azp ? acc + mt * ldacc : NULL;
+     * produce the column sums of B as accumulator row mt; a packed B has
+     * them already. */
+    const int ones_row = p->azp && !pk;
+    const int64_t ma = mt + (ones_row ? 1 : 0);
+    const uint32_t *colsum = !p->azp ? NULL : pk ? pk->colsum + j0 : acc + mt * ldacc;
     memset(acc, 0, (size_t)(ma * ldacc) * sizeof(uint32_t));
 
     for (int64_t k0 = 0; k0 < K; k0 += pl->kc) {
@@ -380,7 +445,7 @@ static void run_tile(const smm_cpu_kernels *kr, const plan *pl, const smm_mm_pro
         /* A block: row i of the tile at apack + i * kcp, so each MR rows
          * form a micro-panel. */
         kr->pack(mt, kc, p->a + i0 * p->lda + k0, p->lda, apack, kcp);
-        if (p->azp) {
+        if (ones_row) {
             int16_t *ones = apack + mt * kcp;
             for (int64_t k = 0; k < kcp; k++)
                 ones[k] = k < kc ? 1 : 0;
@@ -388,24 +453,30 @@ static void run_tile(const smm_cpu_kernels *kr, const plan *pl, const smm_mm_pro
 
         for (int64_t jr = 0; jr < nt; jr += SMM_CPU_NR) {
             const int64_t nr = min64(SMM_CPU_NR, nt - jr);
-            const int8_t *bsrc = p->b + (j0 + jr) * p->ldb + k0;
-            /* Columns past the edge repeat the last one; their sums land in
-             * the padding of the accumulator rows. */
-            const int8_t *brow[SMM_CPU_NR];
-            for (int64_t j = 0; j < SMM_CPU_NR; j++)
-                brow[j] = bsrc + min64(j, nr - 1) * p->ldb;
             if (pl->direct) {
+                const int8_t *bsrc = brows + (j0 + jr) * ldb + k0;
+                /* Columns past the edge repeat the last one; their sums land
+                 * in the padding of the accumulator rows. */
+                const int8_t *brow[SMM_CPU_NR];
+                for (int64_t j = 0; j < SMM_CPU_NR; j++)
+                    brow[j] = bsrc + min64(j, nr - 1) * ldb;
                 for (int64_t ir = 0; ir < ma; ir += SMM_CPU_MR) {
                     const int64_t mr = min64(SMM_CPU_MR, ma - ir);
                     kr->ukr_direct[mr](kc, apack + ir * kcp, kcp, brow, acc + ir * ldacc + jr, ldacc);
                 }
             } else {
-                kr->pack(nr, kc, bsrc, p->ldb, bpack, kcp);
-                if (nr < SMM_CPU_NR)
-                    memset(bpack + nr * kcp, 0, (size_t)((SMM_CPU_NR - nr) * kcp) * sizeof(int16_t));
+                const int16_t *bp = bpack;
+                if (pl->panels) {
+                    /* j0 and jr are multiples of NR, k0 of the panels' K block. */
+                    bp = packed_panel(pk, k0, (j0 + jr) / SMM_CPU_NR, kcp);
+                } else {
+                    kr->pack(nr, kc, brows + (j0 + jr) * ldb + k0, ldb, bpack, kcp);
+                    if (nr < SMM_CPU_NR)
+                        memset(bpack + nr * kcp, 0, (size_t)((SMM_CPU_NR - nr) * kcp) * sizeof(int16_t));
+                }
                 for (int64_t ir = 0; ir < ma; ir += SMM_CPU_MR) {
                     const int64_t mr = min64(SMM_CPU_MR, ma - ir);
-                    kr->ukr_packed[mr](kcp, apack + ir * kcp, kcp, bpack, kcp, acc + ir * ldacc + jr, ldacc);
+                    kr->ukr_packed[mr](kcp, apack + ir * kcp, kcp, bp, kcp, acc + ir * ldacc + jr, ldacc);
                 }
             }
         }
@@ -466,5 +537,80 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     }
 
     smm_free(ctx, scratch);
+    return SMM_OK;
+}
+
+smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    const smm_cpu_kernels *kr = st ? st->k : &smm_cpu_kernels_c;
+    const int64_t n = pb->n, k = pb->k;
+    const int64_t groups = (n + SMM_CPU_NR - 1) / SMM_CPU_NR;
+    const int64_t kp = round_up(k, SMM_CPU_KPAD);
+
+    /* Sizes of the parts (see packed_layout), checked for overflow. */
+    int64_t ncols, panel_elems, panel_bytes, colsum_bytes, row_bytes, total;
+    if (__builtin_mul_overflow(groups, (int64_t)SMM_CPU_NR, &ncols) ||
+        __builtin_mul_overflow(ncols, kp, &panel_elems) ||
+        __builtin_mul_overflow(panel_elems, (int64_t)sizeof(int16_t), &panel_bytes) ||
+        __builtin_mul_overflow(ncols, (int64_t)sizeof(uint32_t), &colsum_bytes) ||
+        __builtin_mul_overflow(n, k, &row_bytes) ||
+        __builtin_add_overflow(panel_bytes, colsum_bytes, &total) ||
+        __builtin_add_overflow(total, row_bytes, &total) ||
+        __builtin_add_overflow(total, (int64_t)(4 * 64 + sizeof(packed_layout)), &total) ||
+        (uint64_t)total > SIZE_MAX)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
+                             " overflows", n, k);
+
+    unsigned char *mem = smm_alloc(ctx, (size_t)total, 64);
+    if (!mem)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
+                             " bytes for a packed B)", total);
+    packed_layout *pk = (packed_layout *)mem;
+    size_t off = align64(sizeof *pk);
+    uint32_t *colsum = (uint32_t *)(mem + off);
+    off = align64(off + (size_t)colsum_bytes);
+    int16_t *panels = (int16_t *)(mem + off);
+    off = align64(off + (size_t)panel_bytes);
+    int8_t *rows = (int8_t *)(mem + off);
+    pk->groups = groups;
+    pk->colsum = colsum;
+    pk->panels = panels;
+    pk->rows = rows;
+
+    int nthreads = smm_threads(ctx);
+    if (nthreads > groups)
+        nthreads = groups > 0 ? (int)groups : 1;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t j0 = g * SMM_CPU_NR;
+        const int64_t nr = min64(SMM_CPU_NR, n - j0);
+        for (int64_t j = 0; j < SMM_CPU_NR; j++) {
+            uint32_t sum = 0;
+            if (j < nr && k > 0) {   /* b may be NULL when k == 0 */
+                const int8_t *src = b + (j0 + j) * ldb;
+                for (int64_t kk = 0; kk < k; kk++)
+                    sum += (uint32_t)(int32_t)src[kk];
+                memcpy(rows + (j0 + j) * k, src, (size_t)k);
+            }
+            colsum[j0 + j] = sum;
+        }
+        for (int64_t k0 = 0; k0 < k; k0 += SMM_CPU_KC) {
+            const int64_t kc = min64(SMM_CPU_KC, k - k0);
+            const int64_t kcp = round_up(kc, SMM_CPU_KPAD);
+            int16_t *dst = (int16_t *)packed_panel(pk, k0, g, kcp);
+            kr->pack(nr, kc, b + j0 * ldb + k0, ldb, dst, kcp);
+            if (nr < SMM_CPU_NR)
+                memset(dst + nr * kcp, 0, (size_t)((SMM_CPU_NR - nr) * kcp) * sizeof(int16_t));
+        }
+    }
+
+    pb->mem = mem;
+    pb->bytes = (size_t)total;
+    pb->rows = rows;
+    pb->data = pk;
     return SMM_OK;
 }
