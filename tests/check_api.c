@@ -874,41 +874,6 @@ END_TEST
 /* Allocation failures                                                 */
 /* ------------------------------------------------------------------ */
 
-typedef struct counting {
-    int64_t calls;      /* alloc calls so far */
-    int64_t live;       /* successful allocations not yet freed */
-    int64_t fail_at;    /* the alloc call (0-based) to fail; -1 none */
-    int bad_request;    /* an alignment that is not a power of two <= 4096 */
-} counting;
-
-static void *counting_alloc(size_t size, size_t alignment, void *user)
-{
-    counting *c = user;
-    int64_t idx = __atomic_fetch_add(&c->calls, 1, __ATOMIC_SEQ_CST);
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
-        __atomic_store_n(&c->bad_request, 1, __ATOMIC_SEQ_CST);
-    if (idx == __atomic_load_n(&c->fail_at, __ATOMIC_SEQ_CST))
-        return NULL;
-    size_t al = alignment < sizeof(void *) ? sizeof(void *) : alignment;
-    if (al & (al - 1))
-        al = 4096;
-    void *p = NULL;
-    if (posix_memalign(&p, al, size ? size : 1) != 0)
-        return NULL;
-    memset(p, 0xCD, size);   /* no reliance on zeroed memory */
-    __atomic_fetch_add(&c->live, 1, __ATOMIC_SEQ_CST);
-    return p;
-}
-
-static void counting_free(void *p, void *user)
-{
-    counting *c = user;
-    if (!p)
-        return;
-    __atomic_fetch_sub(&c->live, 1, __ATOMIC_SEQ_CST);
-    free(p);
-}
-
 START_TEST(test_alloc_failure_create)
 {
     smm_backend bs[4];
@@ -916,8 +881,10 @@ START_TEST(test_alloc_failure_create)
     for (int i = 0; i < nb; i++) {
         int64_t n;
         for (n = 0; n < 1000; n++) {
-            counting cnt = { .fail_at = n };
-            smm_allocator al = { counting_alloc, counting_free, &cnt };
+            tu_counting cnt;
+            tu_counting_init(&cnt);
+            tu_counting_fail_in(&cnt, n);
+            smm_allocator al = tu_counting_allocator(&cnt);
             smm_context *ctx = (smm_context *)(uintptr_t)0x1234;
             smm_status st = smm_context_create_with_allocator(&ctx, bs[i], &al);
             if (st == SMM_OK) {
@@ -977,8 +944,9 @@ START_TEST(test_alloc_failure_calls)
 
     for (int i = 0; i < nb; i++)
         for (int op = 0; op < 4; op++) {
-            counting cnt = { .fail_at = -1 };
-            smm_allocator al = { counting_alloc, counting_free, &cnt };
+            tu_counting cnt;
+            tu_counting_init(&cnt);
+            smm_allocator al = tu_counting_allocator(&cnt);
             smm_context *ctx = NULL;
             ck_assert_int_eq(smm_context_create_with_allocator(&ctx, bs[i], &al), SMM_OK);
             ck_assert_int_eq(smm_context_set_num_threads(ctx, 2), SMM_OK);
@@ -1016,15 +984,14 @@ START_TEST(test_alloc_failure_calls)
             int64_t n;
             for (n = 0; n < 10000; n++) {
                 tu_buf_poison(&out, 0xA5);
-                __atomic_store_n(&cnt.fail_at, __atomic_load_n(&cnt.calls, __ATOMIC_SEQ_CST) + n,
-                                 __ATOMIC_SEQ_CST);
+                tu_counting_fail_in(&cnt, n);
                 if (op == 0)
                     st = smm_gemm_s8s8s32(ctx, AM, AN, AK, a, AK, b, AK, (int32_t *)out.p, AN);
                 else if (op == 1 || op == 2)
                     st = smm_scaled_mm(ctx, &args);
                 else
                     st = smm_quantize_i8(ctx, &qa);
-                __atomic_store_n(&cnt.fail_at, -1, __ATOMIC_SEQ_CST);
+                tu_counting_fail_in(&cnt, -1);
                 if (st == SMM_OK)
                     break;
                 ck_assert_msg(st == SMM_ERR_NO_MEMORY,

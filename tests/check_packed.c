@@ -554,43 +554,9 @@ END_TEST
 /* Allocators and lifetime                                             */
 /* ------------------------------------------------------------------ */
 
-typedef struct counting {
-    int live;              /* allocations not yet freed */
-    int fail_after;        /* allocations allowed before failing; -1: never */
-    void *last;            /* the largest allocation so far */
-    size_t last_size;
-} counting;
-
-static void *counting_alloc(size_t size, size_t alignment, void *user)
+static smm_context *counting_ctx(smm_backend be, tu_counting *cnt)
 {
-    counting *c = user;
-    if (c->fail_after == 0)
-        return NULL;
-    if (c->fail_after > 0)
-        c->fail_after--;
-    void *p = NULL;
-    if (posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *) : alignment, size) != 0)
-        return NULL;
-    c->live++;
-    if (size > c->last_size) {
-        c->last = p;
-        c->last_size = size;
-    }
-    return p;
-}
-
-static void counting_free(void *p, void *user)
-{
-    counting *c = user;
-    if (p) {
-        c->live--;
-        free(p);
-    }
-}
-
-static smm_context *counting_ctx(smm_backend be, counting *cnt)
-{
-    smm_allocator al = {counting_alloc, counting_free, cnt};
+    smm_allocator al = tu_counting_allocator(cnt);
     smm_context *ctx = NULL;
     ck_assert_int_eq(smm_context_create_with_allocator(&ctx, be, &al), SMM_OK);
     return ctx;
@@ -605,15 +571,16 @@ START_TEST(test_allocation_failure)
     int8_t b[9 * 33];
     memset(b, 1, sizeof b);
     for (int i = 0; i < nb; i++) {
-        counting cnt = {0, -1, NULL, 0};
+        tu_counting cnt;
+        tu_counting_init(&cnt);
         smm_context *ctx = counting_ctx(be[i], &cnt);
-        const int base = cnt.live;
+        const int64_t base = cnt.live;
         int failures = 0;
         for (int allow = 0;; allow++) {
             smm_packed_b *pb = BOGUS;
-            cnt.fail_after = allow;
+            tu_counting_fail_in(&cnt, allow);
             smm_status st = smm_pack_b(ctx, 9, 33, b, 33, &pb);
-            cnt.fail_after = -1;
+            tu_counting_fail_in(&cnt, -1);
             if (st == SMM_OK) {
                 ck_assert_ptr_nonnull(pb);
                 smm_packed_b_destroy(pb);
@@ -645,7 +612,8 @@ START_TEST(test_outlives_context)
     for (int i = 0; i < nb; i++) {
         problem p;
         problem_make(&p, &r, 17, 11, 1500, SMM_DTYPE_BF16);
-        counting cnt = {0, -1, NULL, 0};
+        tu_counting cnt;
+        tu_counting_init(&cnt);
         smm_context *maker = counting_ctx(be[i], &cnt);
         smm_packed_b *pb = NULL;
         ck_assert_int_eq(smm_pack_b(maker, p.n, p.k, p.b, p.ldb, &pb), SMM_OK);
@@ -688,19 +656,20 @@ START_TEST(test_overlap_with_packed)
     memset(a, 1, sizeof a);
     memset(b, 1, sizeof b);
     for (int i = 0; i < nb; i++) {
-        counting cnt = {0, -1, NULL, 0};
+        tu_counting cnt;
+        tu_counting_init(&cnt);
         smm_context *ctx = counting_ctx(be[i], &cnt);
-        cnt.last = NULL;
-        cnt.last_size = 0;
+        cnt.largest = NULL;
+        cnt.largest_size = 0;
         smm_packed_b *pb = NULL;
         ck_assert_int_eq(smm_pack_b(ctx, N, K, b, K, &pb), SMM_OK);
-        ck_assert_uint_ge(cnt.last_size, (size_t)(N * K));
-        unsigned char *mem = cnt.last, *copy = malloc(cnt.last_size);
-        memcpy(copy, mem, cnt.last_size);
-        int32_t *c = (int32_t *)(void *)(mem + (cnt.last_size / 2 & ~(size_t)3));
+        ck_assert_uint_ge(cnt.largest_size, (size_t)(N * K));
+        unsigned char *mem = cnt.largest, *copy = malloc(cnt.largest_size);
+        memcpy(copy, mem, cnt.largest_size);
+        int32_t *c = (int32_t *)(void *)(mem + (cnt.largest_size / 2 & ~(size_t)3));
         ck_assert_int_eq(smm_gemm_s8s8s32_packed(ctx, M, N, K, a, K, pb, c, N), SMM_ERR_OVERLAP);
         ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "b_packed"));
-        ck_assert(memcmp(copy, mem, cnt.last_size) == 0);
+        ck_assert(memcmp(copy, mem, cnt.largest_size) == 0);
         free(copy);
         smm_packed_b_destroy(pb);
         smm_context_destroy(ctx);

@@ -114,3 +114,54 @@ float tu_u2f(uint32_t u)
     memcpy(&f, &u, 4);
     return f;
 }
+
+static void *counting_alloc(size_t size, size_t alignment, void *user)
+{
+    tu_counting *c = user;
+    int64_t idx = __atomic_fetch_add(&c->calls, 1, __ATOMIC_SEQ_CST);
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+        __atomic_store_n(&c->bad_request, 1, __ATOMIC_SEQ_CST);
+    if (idx == __atomic_load_n(&c->fail_at, __ATOMIC_SEQ_CST))
+        return NULL;
+    size_t al = alignment < sizeof(void *) ? sizeof(void *) : alignment;
+    if (al & (al - 1))
+        al = 4096;
+    void *p = NULL;
+    if (posix_memalign(&p, al, size ? size : 1) != 0)
+        return NULL;
+    memset(p, 0xCD, size);
+    __atomic_fetch_add(&c->live, 1, __ATOMIC_SEQ_CST);
+#pragma omp critical(tu_counting_largest)
+    if (size > c->largest_size) {
+        c->largest = p;
+        c->largest_size = size;
+    }
+    return p;
+}
+
+static void counting_free(void *p, void *user)
+{
+    tu_counting *c = user;
+    if (!p)
+        return;
+    __atomic_fetch_sub(&c->live, 1, __ATOMIC_SEQ_CST);
+    free(p);
+}
+
+void tu_counting_init(tu_counting *c)
+{
+    memset(c, 0, sizeof *c);
+    c->fail_at = -1;
+}
+
+smm_allocator tu_counting_allocator(tu_counting *c)
+{
+    smm_allocator al = { counting_alloc, counting_free, c };
+    return al;
+}
+
+void tu_counting_fail_in(tu_counting *c, int64_t n)
+{
+    int64_t at = n < 0 ? -1 : __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST) + n;
+    __atomic_store_n(&c->fail_at, at, __ATOMIC_SEQ_CST);
+}

@@ -51,6 +51,24 @@ void tu_buf_poison(tu_buf *b, unsigned char poison);
 int tu_buf_untouched(const tu_buf *b);
 void tu_buf_free(tu_buf *b);
 
+/* An allocator that counts, and fails on request: every library allocation
+ * of a context created with tu_counting_allocator() goes through it.
+ * Thread-safe. Memory it returns is filled with 0xCD (nothing may rely on
+ * zeroed memory). */
+typedef struct tu_counting {
+    int64_t calls;      /* alloc calls so far */
+    int64_t live;       /* successful allocations not yet freed */
+    int64_t fail_at;    /* the alloc call (0-based) that returns NULL; -1 none */
+    int bad_request;    /* set when an alignment was not a power of two <= 4096 */
+    void *largest;      /* the largest allocation so far (and its size) */
+    size_t largest_size;
+} tu_counting;
+/* Counter set to fail nothing; its allocator. */
+void tu_counting_init(tu_counting *c);
+smm_allocator tu_counting_allocator(tu_counting *c);
+/* Makes the n-th alloc call from now fail (n >= 0), or none (n < 0). */
+void tu_counting_fail_in(tu_counting *c, int64_t n);
+
 /* Bits of a float and back. */
 uint32_t tu_f2u(float f);
 float tu_u2f(uint32_t u);
