@@ -98,6 +98,39 @@ int bench_verify(const bench_config *cfg, const bench_weights *w, int copy, int6
                  const uint16_t *x, const int8_t *q, const float *scale_a,
                  const uint16_t *c, bench_result *res);
 
+/* ---- the machine's limits (bench_machine.c), measured once per run ---- */
+
+typedef struct bench_machine {
+    int threads;           /* threads both measurements ran on */
+    double peak_gops;      /* int8 dot-product peak, 1e9 ops/s (2 per
+                              multiply-add); 0: not measured */
+    char peak_insn[96];    /* the instruction timed, or why none was */
+    double peak_s;         /* seconds the peak measurement took */
+    double bw_gbps;        /* memory read bandwidth, 1e9 bytes/s; 0: not
+                              measured */
+    size_t bw_bytes;       /* buffer read per pass */
+    char bw_how[96];       /* the loads used, or why not measured */
+    double bw_s;           /* seconds the bandwidth measurement took */
+} bench_machine;
+
+/*
+ * Measures, on `threads` OpenMP threads at once:
+ *  - the int8 dot-product peak: every thread runs a register-only loop
+ *    (inline assembly, 12 independent accumulators) of the widest
+ *    instruction smm_cpu_features() allows: vpdpbusd zmm (avx512_vnni),
+ *    vpdpbusd ymm (avx_vnni, VEX), else vpmaddwd ymm + vpaddd (avx2, 16
+ *    multiply-adds per vpmaddwd); calibrated to about 0.1 s per run, median
+ *    of 3 runs; ops = 2 x multiply-adds. Not measured off x86 or without
+ *    AVX2 (peak_gops 0).
+ *  - the memory read bandwidth: every thread ORs its own contiguous part
+ *    of a buffer of at least 8 x llc_bytes with 32-byte loads (8-byte
+ *    without AVX2); one warm-up pass, median of 5 timed passes; bytes per
+ *    second over the whole buffer. Not measured when the buffer cannot be
+ *    allocated (bw_gbps 0, bw_how says so).
+ * Takes about 0.5 s plus 6 passes over the buffer. Never fails.
+ */
+void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes);
+
 /* Median of v[0..n-1] (n >= 1); reorders v. */
 double bench_median(double *v, int n);
 

@@ -1,0 +1,335 @@
+/*
+ * bench_machine.c - the machine's own limits, measured once per bench run:
+ * the int8 dot-product peak of the cores (a register-only loop) and the
+ * memory read bandwidth (bench.h).
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BM_X86 1
+#else
+#define BM_X86 0
+#endif
+#include "buffers.h"
+#include "timer.h"
+
+#define PEAK_REPS 3          /* timed runs of the peak loop (median) */
+#define PEAK_REP_S 0.1       /* target seconds per timed run */
+#define PEAK_CALIB_S 0.02    /* calibration runs last at least this long */
+#define BW_PASSES 5          /* timed passes over the buffer (median) */
+#define BW_LLC_FACTOR 8      /* buffer = this many times the last-level cache */
+
+/* Whether the space-separated list `list` holds the word `name`. */
+static int has_word(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = list;
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* ---- the peak loops ----
+ * Each runs `iters` iterations of 12 dot-product instructions into 12
+ * independent accumulators, all in registers (the loop is inline assembly,
+ * so no compiler can shorten it), then folds the accumulators and stores
+ * them to `sink` (64 bytes), which the caller reads. The input values do
+ * not matter for the timing. */
+
+#if BM_X86
+#define ACC12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+
+/* AVX-512 VNNI: vpdpbusd zmm, 16 lanes x 4 u8*s8 products = 64 MACs. */
+#define ZERO_Z(i) "vpxord %%zmm" #i ", %%zmm" #i ", %%zmm" #i "\n\t"
+#define DP_Z(i)   "vpdpbusd %%zmm30, %%zmm31, %%zmm" #i "\n\t"
+#define ADD_Z(i)  "vpaddd %%zmm" #i ", %%zmm0, %%zmm0\n\t"
+__attribute__((target("avx512f,avx512vnni")))
+static void peak_avx512vnni(long iters, int32_t *sink)
+{
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm30, %%zmm30, %%zmm30\n\t"
+        "vpabsd %%zmm30, %%zmm31\n\t"
+        ACC12(ZERO_Z)
+        "1:\n\t"
+        ACC12(DP_Z)
+        "sub $1, %0\n\t"
+        "jnz 1b\n\t"
+        ADD_Z(1) ADD_Z(2) ADD_Z(3) ADD_Z(4) ADD_Z(5) ADD_Z(6) ADD_Z(7) ADD_Z(8)
+        ADD_Z(9) ADD_Z(10) ADD_Z(11)
+        "vmovdqu32 %%zmm0, (%1)\n\t"
+        "vzeroupper\n\t"
+        : "+r"(iters)
+        : "r"(sink)
+        : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+          "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm30", "xmm31");
+}
+
+/* AVX-VNNI: vpdpbusd ymm, VEX-encoded, 8 lanes x 4 = 32 MACs. */
+#define ZERO_Y(i) "vpxor %%ymm" #i ", %%ymm" #i ", %%ymm" #i "\n\t"
+#define DP_Y(i)   "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define ADD_Y(i)  "vpaddd %%ymm" #i ", %%ymm0, %%ymm0\n\t"
+#define FOLD_Y ADD_Y(1) ADD_Y(2) ADD_Y(3) ADD_Y(4) ADD_Y(5) ADD_Y(6) ADD_Y(7) \
+    ADD_Y(8) ADD_Y(9) ADD_Y(10) ADD_Y(11)
+__attribute__((target("avx2,avxvnni")))
+static void peak_avxvnni(long iters, int32_t *sink)
+{
+    __asm__ volatile(
+        "vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\t"
+        "vpabsd %%ymm14, %%ymm15\n\t"
+        ACC12(ZERO_Y)
+        "1:\n\t"
+        ACC12(DP_Y)
+        "sub $1, %0\n\t"
+        "jnz 1b\n\t"
+        FOLD_Y
+        "vmovdqu %%ymm0, (%1)\n\t"
+        "vzeroupper\n\t"
+        : "+r"(iters)
+        : "r"(sink)
+        : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+          "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
+}
+
+/* AVX2: vpmaddwd ymm (16 int16 products, summed in pairs into 8 int32) and
+ * vpaddd into the accumulator = 16 MACs per pair. The two temporaries
+ * alternate; register renaming keeps the 12 chains independent. */
+#define MADD_Y(i) "vpmaddwd %%ymm14, %%ymm15, %%ymm" #i "\n\t"
+#define MA_Y(i, t) "vpmaddwd %%ymm14, %%ymm15, %%ymm" #t "\n\t" \
+    "vpaddd %%ymm" #t ", %%ymm" #i ", %%ymm" #i "\n\t"
+__attribute__((target("avx2")))
+static void peak_avx2(long iters, int32_t *sink)
+{
+    __asm__ volatile(
+        "vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\t"
+        "vpabsw %%ymm14, %%ymm15\n\t"
+        ACC12(ZERO_Y)
+        "1:\n\t"
+        MA_Y(0, 12) MA_Y(1, 13) MA_Y(2, 12) MA_Y(3, 13) MA_Y(4, 12) MA_Y(5, 13)
+        MA_Y(6, 12) MA_Y(7, 13) MA_Y(8, 12) MA_Y(9, 13) MA_Y(10, 12) MA_Y(11, 13)
+        "sub $1, %0\n\t"
+        "jnz 1b\n\t"
+        FOLD_Y
+        "vmovdqu %%ymm0, (%1)\n\t"
+        "vzeroupper\n\t"
+        : "+r"(iters)
+        : "r"(sink)
+        : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+          "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+          "xmm15");
+}
+#endif
+
+typedef void (*peak_fn)(long iters, int32_t *sink);
+
+typedef struct peak_kernel {
+    const char *feature;  /* word of smm_cpu_features() it needs */
+    const char *insn;     /* in words, for the output */
+    int macs_per_iter;    /* int8/int16 multiply-adds per loop iteration */
+    peak_fn fn;
+} peak_kernel;
+
+/* Chooses the widest loop the CPU runs; NULL when none. */
+static const peak_kernel *peak_choose(void)
+{
+#if BM_X86
+    static const peak_kernel kernels[] = {
+        { "avx512_vnni", "vpdpbusd zmm (AVX-512 VNNI, 64 MACs each)", 12 * 64,
+          peak_avx512vnni },
+        { "avx_vnni", "vpdpbusd ymm (AVX-VNNI, 32 MACs each)", 12 * 32, peak_avxvnni },
+        { "avx2", "vpmaddwd ymm + vpaddd (AVX2, 16 MACs per vpmaddwd)", 12 * 16,
+          peak_avx2 },
+    };
+    const char *features = smm_cpu_features();
+    size_t i;
+    for (i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (has_word(features, kernels[i].feature))
+            return &kernels[i];
+#endif
+    return NULL;
+}
+
+/* Runs `fn` for `iters` iterations on every thread at once; seconds. */
+static double peak_run(const peak_kernel *k, int threads, long iters)
+{
+    int32_t sinks[64][16] __attribute__((aligned(64)));
+    volatile int32_t keep = 0;
+    double t0, t1;
+    int i;
+    (void)threads;
+    t0 = timer_now();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        k->fn(iters, sinks[tid % 64]);
+    }
+    t1 = timer_now();
+    for (i = 0; i < (threads < 64 ? threads : 64); i++)
+        keep += sinks[i][0];
+    (void)keep;
+    return t1 - t0;
+}
+
+static void measure_peak(bench_machine *mc, int threads)
+{
+    const peak_kernel *k = peak_choose();
+    double times[PEAK_REPS], t, t0 = timer_now();
+    long iters = 1L << 12;
+    int r;
+
+    if (!k) {
+        snprintf(mc->peak_insn, sizeof mc->peak_insn, "no int8 dot-product loop for "
+                 "this CPU");
+        return;
+    }
+    /* Calibration (also brings the clocks up): double until long enough. */
+    while ((t = peak_run(k, threads, iters)) < PEAK_CALIB_S && iters < (1L << 40))
+        iters *= 2;
+    iters = (long)((double)iters * PEAK_REP_S / (t > 1e-9 ? t : 1e-9));
+    if (iters < 1)
+        iters = 1;
+    for (r = 0; r < PEAK_REPS; r++)
+        times[r] = peak_run(k, threads, iters);
+    t = bench_median(times, PEAK_REPS);
+    mc->peak_gops = 2.0 * (double)k->macs_per_iter * (double)iters * (double)threads /
+                    t * 1e-9;
+    snprintf(mc->peak_insn, sizeof mc->peak_insn, "%s", k->insn);
+    mc->peak_s = timer_now() - t0;
+}
+
+/* ---- memory read bandwidth ---- */
+
+#if BM_X86
+/* ORs bytes (a multiple of 128) with 32-byte aligned loads. */
+__attribute__((target("avx2")))
+static uint64_t or_avx2(const unsigned char *p, size_t bytes)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    uint64_t out[4];
+    size_t i;
+    for (i = 0; i < bytes; i += 128) {
+        a0 = _mm256_or_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_or_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_or_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_or_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
+    _mm256_storeu_si256((__m256i *)out, a0);
+    return out[0] | out[1] | out[2] | out[3];
+}
+#endif
+
+/* ORs bytes (a multiple of 128) with 8-byte loads. */
+static uint64_t or_scalar(const unsigned char *p, size_t bytes)
+{
+    const uint64_t *q = (const uint64_t *)(const void *)p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t i, n = bytes / 8;
+    for (i = 0; i < n; i += 4) {
+        a0 |= q[i];
+        a1 |= q[i + 1];
+        a2 |= q[i + 2];
+        a3 |= q[i + 3];
+    }
+    return a0 | a1 | a2 | a3;
+}
+
+/* One pass: every thread ORs its own contiguous chunk; seconds. */
+static double bw_pass(unsigned char *buf, size_t chunk, int threads, int wide,
+                      uint64_t *out)
+{
+    uint64_t acc = 0;
+    double t0, t1;
+    (void)threads;
+    (void)wide;
+    t0 = timer_now();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) reduction(|:acc)
+#endif
+    {
+        int tid = 0;
+        const unsigned char *p;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        p = buf + (size_t)tid * chunk;
+#if BM_X86
+        if (wide)
+            acc |= or_avx2(p, chunk);
+        else
+#endif
+            acc |= or_scalar(p, chunk);
+    }
+    t1 = timer_now();
+    *out |= acc;
+    return t1 - t0;
+}
+
+static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes)
+{
+    double times[BW_PASSES], t0 = timer_now();
+    size_t chunk, total;
+    unsigned char *buf;
+    volatile uint64_t keep;
+    uint64_t acc = 0;
+    int wide = 0, p;
+
+#if BM_X86
+    wide = has_word(smm_cpu_features(), "avx2");
+#endif
+    /* Each thread's chunk a multiple of 4 KiB, all together >= 8 x LLC. */
+    chunk = ((BW_LLC_FACTOR * llc_bytes + (size_t)threads - 1) / (size_t)threads + 4095) &
+            ~(size_t)4095;
+    total = chunk * (size_t)threads;
+    buf = buf_alloc(total);
+    if (!buf) {
+        snprintf(mc->bw_how, sizeof mc->bw_how, "not measured: out of memory for "
+                 "%zu MiB", total >> 20);
+        return;
+    }
+    /* Each thread writes its own chunk first (its pages near it). */
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        memset(buf + (size_t)tid * chunk, 0x5a, chunk);
+    }
+    bw_pass(buf, chunk, threads, wide, &acc);  /* warm-up */
+    for (p = 0; p < BW_PASSES; p++)
+        times[p] = bw_pass(buf, chunk, threads, wide, &acc);
+    keep = acc;
+    (void)keep;
+    mc->bw_gbps = (double)total / bench_median(times, BW_PASSES) * 1e-9;
+    mc->bw_bytes = total;
+    snprintf(mc->bw_how, sizeof mc->bw_how, "%s loads", wide ? "32-byte" : "8-byte");
+    free(buf);
+    mc->bw_s = timer_now() - t0;
+}
+
+void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes)
+{
+    memset(mc, 0, sizeof *mc);
+    if (threads < 1)
+        threads = 1;
+    mc->threads = threads;
+    measure_peak(mc, threads);
+    measure_bandwidth(mc, threads, llc_bytes);
+}
