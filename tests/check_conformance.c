@@ -16,19 +16,6 @@ static const smm_dtype out_types[4] = {
     SMM_DTYPE_I32, SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16
 };
 
-/* Thread counts to test a backend at (the reference is single-threaded). */
-static int thread_counts(smm_backend b, int out[3])
-{
-    if (b == SMM_BACKEND_REFERENCE) {
-        out[0] = 1;
-        return 1;
-    }
-    out[0] = 1;
-    out[1] = 2;
-    out[2] = 3;
-    return 3;
-}
-
 static void progress_dot(const char *name, int index, int total, void *user)
 {
     (void)name;
@@ -44,7 +31,7 @@ static void run_mm_everywhere(const cf_mm_case *c, uint64_t seed)
     int nb = tu_backends(bs);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
     for (int i = 0; i < nb; i++) {
-        int th[3], nt = thread_counts(bs[i], th);
+        int th[3], nt = tu_thread_counts(bs[i], th);
         for (int t = 0; t < nt; t++) {
             smm_context *ctx = tu_ctx(bs[i], th[t]);
             char msg[640], desc[384];
@@ -81,7 +68,7 @@ START_TEST(test_battery)
     failures_msg[0] = '\0';
     int failed_runs = 0;
     for (int i = 0; i < nb; i++) {
-        int th[3], nt = thread_counts(bs[i], th);
+        int th[3], nt = tu_thread_counts(bs[i], th);
         for (int t = 0; t < nt; t++) {
             smm_context *ctx = tu_ctx(bs[i], 0);
             cf_options opt = { .seed = tu_seed, .quick = 1, .num_threads = th[t],

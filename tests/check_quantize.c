@@ -11,23 +11,13 @@
 
 static const smm_dtype xtypes[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
 
-static int thread_counts(smm_backend b, int out[3])
-{
-    out[0] = 1;
-    if (b == SMM_BACKEND_REFERENCE)
-        return 1;
-    out[1] = 2;
-    out[2] = 3;
-    return 3;
-}
-
 static void run_everywhere(const cf_quant_case *c, uint64_t seed)
 {
     smm_backend bs[4];
     int nb = tu_backends(bs);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
     for (int i = 0; i < nb; i++) {
-        int th[3], nt = thread_counts(bs[i], th);
+        int th[3], nt = tu_thread_counts(bs[i], th);
         for (int t = 0; t < nt; t++) {
             smm_context *ctx = tu_ctx(bs[i], th[t]);
             char msg[640], desc[256];
@@ -51,7 +41,7 @@ START_TEST(test_battery_groups)
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
     static const char *const groups[3] = { "quantize_f32", "quantize_f16", "quantize_bf16" };
     for (int i = 0; i < nb; i++) {
-        int th[3], nt = thread_counts(bs[i], th);
+        int th[3], nt = tu_thread_counts(bs[i], th);
         for (int t = 0; t < nt; t++)
             for (int g = 0; g < 3; g++) {
                 smm_context *ctx = tu_ctx(bs[i], 0);

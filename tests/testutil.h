@@ -34,6 +34,10 @@ TCase *tu_tcase(Suite *s, const char *name, double timeout_s);
 /* Backends that can run here: REFERENCE, CPU, and any GPU backend. */
 int tu_backends(smm_backend out[4]);
 
+/* Thread counts to test a backend at: 1, 2 and 3 (the reference, which is
+ * single-threaded, only 1). Returns how many were written to out. */
+int tu_thread_counts(smm_backend b, int out[3]);
+
 /* A context on `backend` with `threads` threads (0 = default); aborts the
  * test if it cannot be created. */
 smm_context *tu_ctx(smm_backend backend, int threads);
