@@ -197,6 +197,75 @@ SMM_API int smm_context_get_num_threads(const smm_context *ctx);
 SMM_API const char *smm_context_last_error(const smm_context *ctx);
 
 /* ------------------------------------------------------------------ */
+/* Device memory and streams (GPU contexts: SMM_BACKEND_ROCM, _CUDA)    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * On a GPU context every matrix, vector and scale pointer passed to
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and
+ * smm_quantize_i8 is a DEVICE pointer (from smm_malloc or the vendor
+ * runtime), and those calls are asynchronous: they are queued in order on
+ * the context's stream (the runtime's default stream until
+ * smm_context_set_stream) and return once queued; argument errors are still
+ * reported before anything is queued, and nothing is written then. Call
+ * smm_synchronize before reading results on the host. Errors the runtime
+ * reports become SMM_ERR_DEVICE, with the runtime's own message in
+ * smm_context_last_error. On CPU and reference contexts these functions
+ * work on host memory (smm_malloc is an aligned host allocation,
+ * smm_memcpy a memcpy, smm_synchronize returns at once).
+ */
+
+/* Direction of smm_memcpy. */
+typedef enum {
+    SMM_MEMCPY_HOST_TO_DEVICE = 0,
+    SMM_MEMCPY_DEVICE_TO_HOST,
+    SMM_MEMCPY_DEVICE_TO_DEVICE,
+    SMM_MEMCPY_HOST_TO_HOST
+} smm_memcpy_kind;
+
+/*
+ * Allocates `bytes` bytes of the context's memory (device memory on a GPU
+ * context, aligned to at least 256 bytes; host memory aligned to 64 bytes
+ * elsewhere). bytes == 0 gives a valid, unique pointer. Free it with
+ * smm_free on a context of the same backend.
+ * Errors (*ptr set to NULL when ptr is non-NULL): SMM_ERR_INVALID_ARG (ctx
+ * or ptr NULL), SMM_ERR_NO_MEMORY, SMM_ERR_DEVICE.
+ */
+SMM_API smm_status smm_malloc(smm_context *ctx, size_t bytes, void **ptr);
+
+/* Frees memory from smm_malloc; NULL is a no-op. On a GPU context it waits
+ * for the work queued on the device first (as the runtime's free does).
+ * Errors: SMM_ERR_INVALID_ARG (ctx NULL), SMM_ERR_DEVICE. */
+SMM_API smm_status smm_free(smm_context *ctx, void *ptr);
+
+/*
+ * Copies `bytes` bytes (not elements) from src to dst in the direction
+ * `kind`. On a GPU context it is ordered on the context's stream; a copy to
+ * or from host memory returns when the host buffer may be reused (host to
+ * device) or holds the data (device to host). bytes == 0 does nothing.
+ * Errors: SMM_ERR_INVALID_ARG (ctx NULL, dst or src NULL with bytes > 0,
+ * kind outside the enum, or a device kind on a context with no device),
+ * SMM_ERR_OVERLAP (a copy within one memory whose ranges intersect),
+ * SMM_ERR_DEVICE.
+ */
+SMM_API smm_status smm_memcpy(smm_context *ctx, void *dst, const void *src, size_t bytes,
+                              smm_memcpy_kind kind);
+
+/*
+ * Makes the context queue its work on `stream` (a hipStream_t or
+ * cudaStream_t passed as void *; NULL: the runtime's default stream). The
+ * caller keeps ownership and must keep the stream alive while the context
+ * uses it. Errors: SMM_ERR_INVALID_ARG (ctx NULL), SMM_ERR_UNSUPPORTED (not
+ * a GPU context and stream != NULL).
+ */
+SMM_API smm_status smm_context_set_stream(smm_context *ctx, void *stream);
+
+/* Waits until all work queued on the context's stream has finished.
+ * Errors: SMM_ERR_INVALID_ARG (ctx NULL), SMM_ERR_DEVICE (the runtime
+ * reported an error, e.g. from an earlier asynchronous kernel). */
+SMM_API smm_status smm_synchronize(smm_context *ctx);
+
+/* ------------------------------------------------------------------ */
 /* Scaled matrix multiplication                                        */
 /* ------------------------------------------------------------------ */
 

@@ -159,7 +159,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
     if (!ctx->ops->pack_b || !ctx->ops->packed_format)
         return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "smm_pack_b: the %s backend has no packed B",
                              ctx->ops->name);
-    smm_packed_b *pb = smm_alloc(ctx, sizeof *pb, 64);
+    smm_packed_b *pb = smm_host_alloc(ctx, sizeof *pb, 64);
     if (!pb)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "smm_pack_b: out of memory");
     memset(pb, 0, sizeof *pb);
@@ -170,7 +170,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
     pb->alloc = ctx->alloc;
     st = ctx->ops->pack_b(ctx, b, ldb, pb);
     if (st != SMM_OK) {
-        smm_free(ctx, pb);
+        smm_host_free(ctx, pb);
         if (ctx->last_error[0] == '\0')
             smm_set_error(ctx, st, "smm_pack_b: %s backend: %s", ctx->ops->name, smm_strerror(st));
         return st;

@@ -30,12 +30,12 @@ static void default_free(void *p, void *user)
 
 static const smm_allocator default_allocator = {default_alloc, default_free, NULL};
 
-void *smm_alloc(smm_context *ctx, size_t size, size_t alignment)
+void *smm_host_alloc(smm_context *ctx, size_t size, size_t alignment)
 {
     return ctx->alloc.alloc(size ? size : 1, alignment ? alignment : 64, ctx->alloc.user);
 }
 
-void smm_free(smm_context *ctx, void *p)
+void smm_host_free(smm_context *ctx, void *p)
 {
     if (p)
         ctx->alloc.free(p, ctx->alloc.user);

@@ -44,6 +44,9 @@ struct smm_packed_b {
     size_t bytes;             /* its size, for the overlap checks */
     const int8_t *rows;       /* B as dense N x K rows (ld K) inside mem, or NULL */
     const void *data;         /* the backend's layout inside mem */
+    /* NULL: mem is freed through alloc. Else called instead to free mem
+     * (GPU backends, whose mem is device memory). */
+    void (*release)(struct smm_packed_b *pb);
 };
 
 typedef struct smm_backend_ops {
@@ -64,7 +67,37 @@ typedef struct smm_backend_ops {
      * n * k > 0; ldb >= k when n > 1) into pb, allocating pb->mem through
      * ctx. On error nothing is left allocated. */
     smm_status (*pack_b)(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb);
+
+    /* GPU backends only (NULL on host backends, whose memory the framework
+     * handles itself). Each returns SMM_OK or SMM_ERR_DEVICE /
+     * SMM_ERR_NO_MEMORY with ctx->last_error set. Arguments are validated. */
+    smm_status (*dev_malloc)(smm_context *ctx, size_t bytes, void **ptr);
+    smm_status (*dev_free)(smm_context *ctx, void *ptr);
+    smm_status (*dev_memcpy)(smm_context *ctx, void *dst, const void *src, size_t bytes,
+                             smm_memcpy_kind kind);
+    smm_status (*set_stream)(smm_context *ctx, void *stream);
+    smm_status (*synchronize)(smm_context *ctx);
 } smm_backend_ops;
+
+/*
+ * GPU backends live in their own shared object (lib/rocm/, built with
+ * --with-rocm or --with-cuda) so that libscaledmm links no GPU runtime.
+ * lib/gpu_loader.c dlopens "libscaledmm-rocm.so" / "libscaledmm-cuda.so"
+ * (from $SMM_GPU_PLUGIN_DIR when set, else the install's pkglibdir) and
+ * calls its one exported symbol, SMM_GPU_PLUGIN_ENTRY:
+ *
+ *   const smm_backend_ops *smm_gpu_plugin_entry(int abi, const char **reason);
+ *
+ * abi is SMM_GPU_PLUGIN_ABI; a plugin built for another ABI returns NULL.
+ * The entry loads the vendor runtime and counts devices; it returns the
+ * ops table when at least one device is usable, else NULL with *reason
+ * (a static string) saying why. It prints nothing. The plugin cannot call
+ * the framework's hidden functions: it writes ctx->last_error itself and
+ * allocates host memory through ctx->alloc.
+ */
+#define SMM_GPU_PLUGIN_ABI 1
+#define SMM_GPU_PLUGIN_ENTRY "smm_gpu_plugin_entry"
+typedef const smm_backend_ops *(*smm_gpu_plugin_entry_fn)(int abi, const char **reason);
 
 struct smm_context {
     smm_backend backend;
@@ -72,6 +105,7 @@ struct smm_context {
     int num_threads;          /* 0: omp_get_max_threads() */
     smm_allocator alloc;
     void *backend_data;
+    void *stream;             /* GPU contexts: the stream work is queued on */
     char last_error[256];
 };
 
@@ -80,8 +114,8 @@ extern const smm_backend_ops smm_reference_ops SMM_INTERNAL;  /* lib/reference.c
 extern const smm_backend_ops smm_cpu_ops SMM_INTERNAL;        /* lib/cpu/cpu_backend.c */
 
 /* Memory through the context's allocator. size 0 returns a valid pointer. */
-void *smm_alloc(smm_context *ctx, size_t size, size_t alignment) SMM_INTERNAL;
-void smm_free(smm_context *ctx, void *p) SMM_INTERNAL;
+void *smm_host_alloc(smm_context *ctx, size_t size, size_t alignment) SMM_INTERNAL;
+void smm_host_free(smm_context *ctx, void *p) SMM_INTERNAL;
 
 /* Threads a CPU backend should use for this call (>= 1). */
 int smm_threads(const smm_context *ctx) SMM_INTERNAL;

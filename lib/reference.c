@@ -337,7 +337,7 @@ static smm_status reference_pack_b(smm_context *ctx, const int8_t *b, int64_t ld
 {
     int64_t j;
     size_t bytes = (size_t)pb->n * (size_t)pb->k;   /* B's footprint was checked */
-    int8_t *rows = smm_alloc(ctx, bytes, 64);
+    int8_t *rows = smm_host_alloc(ctx, bytes, 64);
 
     if (rows == NULL)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "reference: out of memory (%zu bytes)", bytes);

@@ -57,7 +57,7 @@ static int cpu_probe(const char **reason)
 
 static smm_status cpu_init(smm_context *ctx)
 {
-    smm_cpu_state *st = smm_alloc(ctx, sizeof *st, 64);
+    smm_cpu_state *st = smm_host_alloc(ctx, sizeof *st, 64);
     if (!st)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory");
     const char *why;
@@ -68,7 +68,7 @@ static smm_status cpu_init(smm_context *ctx)
 
 static void cpu_fini(smm_context *ctx)
 {
-    smm_free(ctx, ctx->backend_data);
+    smm_host_free(ctx, ctx->backend_data);
     ctx->backend_data = NULL;
 }
 

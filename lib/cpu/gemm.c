@@ -501,7 +501,7 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
         nthreads = 1;
 
     /* All scratch before any output is written. */
-    unsigned char *scratch = smm_alloc(ctx, pl.thread_bytes * (size_t)nthreads, 64);
+    unsigned char *scratch = smm_host_alloc(ctx, pl.thread_bytes * (size_t)nthreads, 64);
     if (!scratch)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%zu bytes of scratch)",
                              pl.thread_bytes * (size_t)nthreads);
@@ -536,7 +536,7 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
         smm_fpenv_leave(&env);
     }
 
-    smm_free(ctx, scratch);
+    smm_host_free(ctx, scratch);
     return SMM_OK;
 }
 
@@ -563,7 +563,7 @@ smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_pa
                              "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
                              " overflows", n, k);
 
-    unsigned char *mem = smm_alloc(ctx, (size_t)total, 64);
+    unsigned char *mem = smm_host_alloc(ctx, (size_t)total, 64);
     if (!mem)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
                              " bytes for a packed B)", total);
