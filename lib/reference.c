@@ -362,13 +362,11 @@ static int reference_probe(const char **reason)
 }
 
 const smm_backend_ops smm_reference_ops = {
-    SMM_BACKEND_REFERENCE,
-    "reference",
-    reference_probe,
-    NULL, /* init */
-    NULL, /* fini */
-    reference_mm,
-    reference_quantize,
-    reference_packed_format,
-    reference_pack_b,
+    .id = SMM_BACKEND_REFERENCE,
+    .name = "reference",
+    .probe = reference_probe,
+    .mm = reference_mm,
+    .quantize = reference_quantize,
+    .packed_format = reference_packed_format,
+    .pack_b = reference_pack_b,
 };

@@ -13,43 +13,141 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* The best kernel table this CPU runs, capped by SMM_CPU_ISA
- * (scalar | avx2 | avx_vnni | avx512_vnni; "c" is a synonym of scalar;
- * unknown values cap nothing). *why names the table and the reason. */
-static const smm_cpu_kernels *cpu_select_kernels(const char **why)
+/* The ISA levels, lowest first. */
+enum { LVL_SCALAR, LVL_AVX2, LVL_AVX_VNNI, LVL_AVX512_VNNI, LVL_COUNT };
+static const char *const level_names[LVL_COUNT] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"};
+
+/* Can this CPU, OS and build run the level? Else *why says what is missing. */
+static int level_runs(int lvl, const char **why)
 {
-    const char *cap = getenv("SMM_CPU_ISA");
-    int allow_avx2 = 1;
-    if (cap && *cap && (strcasecmp(cap, "scalar") == 0 || strcasecmp(cap, "c") == 0))
-        allow_avx2 = 0;
     const smm_cpu_info *ci = smm_cpu_info_get();
-    if (!allow_avx2) {
-        *why = "portable C kernels (SMM_CPU_ISA caps the level)";
-    } else if (!smm_cpu_kernels_avx2) {
-        *why = "portable C kernels (built without AVX2 kernels)";
-    } else if (!(ci->avx2 && ci->fma && ci->os_ymm)) {
-        *why = "portable C kernels (no AVX2+FMA, or the OS does not save YMM state)";
-    } else {
-        *why = "AVX2 kernels (C compiled for avx2,fma)";
-        return smm_cpu_kernels_avx2;
+    /* lib/probe.c already clears avx2/fma without OS YMM support and the
+     * avx512 features without OS ZMM support; checked again here. */
+    const int avx2 = ci->avx2 && ci->fma && ci->os_ymm;
+    switch (lvl) {
+    case LVL_SCALAR:
+        return 1;
+    case LVL_AVX2:
+        *why = !smm_cpu_kernels_avx2 ? "built without AVX2 kernels"
+                                     : "no avx2+fma, or the OS does not save YMM state";
+        return smm_cpu_kernels_avx2 && avx2;
+    case LVL_AVX_VNNI:
+        *why = !smm_cpu_vnni_avx ? "built without AVX-VNNI kernels"
+                                 : "no avx_vnni+avx2+fma, or the OS does not save YMM state";
+        return smm_cpu_vnni_avx && smm_cpu_kernels_avx2 && avx2 && ci->avx_vnni;
+    case LVL_AVX512_VNNI:
+        *why = !smm_cpu_vnni_avx512
+                   ? "built without AVX-512 VNNI kernels"
+                   : "no avx512f+bw+vl+avx512_vnni, or the OS does not save ZMM state";
+        return smm_cpu_vnni_avx512 && smm_cpu_kernels_avx2 && avx2 && ci->os_zmm && ci->avx512f &&
+               ci->avx512bw && ci->avx512vl && ci->avx512_vnni;
+    default:
+        return 0;
     }
-    return &smm_cpu_kernels_c;
+}
+
+/* The kernels of a context: the best level this CPU runs, capped by
+ * SMM_CPU_ISA (scalar | avx2 | avx_vnni | avx512_vnni, "c" a synonym of
+ * scalar; unknown values cap nothing and say so). Two more values, a
+ * testing aid, select the portable emulation of a VNNI level
+ * (avx512_vnni_emulated, avx_vnni_emulated). why (cap bytes) receives the
+ * level and the reason; st gets the tables. */
+static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
+{
+    const char *env = getenv("SMM_CPU_ISA");
+    int max = LVL_COUNT - 1, unknown = 0;
+    const smm_cpu_vnni_kernels *emulated = NULL;
+    if (env && *env) {
+        if (strcasecmp(env, "scalar") == 0 || strcasecmp(env, "c") == 0)
+            max = LVL_SCALAR;
+        else if (strcasecmp(env, "avx2") == 0)
+            max = LVL_AVX2;
+        else if (strcasecmp(env, "avx_vnni") == 0)
+            max = LVL_AVX_VNNI;
+        else if (strcasecmp(env, "avx512_vnni") == 0)
+            max = LVL_AVX512_VNNI;
+        else if (strcasecmp(env, "avx512_vnni_emulated") == 0)
+            emulated = &smm_cpu_vnni_avx512_emulated;
+        else if (strcasecmp(env, "avx_vnni_emulated") == 0)
+            emulated = &smm_cpu_vnni_avx_emulated;
+        else
+            unknown = 1;
+    }
+
+    /* Every level this machine runs, for the reason string. */
+    char runs[80] = "";
+    for (int l = 0; l < LVL_COUNT; l++) {
+        const char *w = NULL;
+        if (level_runs(l, &w)) {
+            size_t len = strlen(runs);
+            snprintf(runs + len, sizeof runs - len, "%s%s", len ? " " : "", level_names[l]);
+        }
+    }
+
+    const char *no = NULL;
+    const int avx2 = level_runs(LVL_AVX2, &no);
+    st->k = avx2 ? smm_cpu_kernels_avx2 : &smm_cpu_kernels_c;
+    st->v = NULL;
+    if (emulated) {
+        st->v = emulated;
+        snprintf(why, cap, "level %s (SMM_CPU_ISA=%s: portable C emulation of the VNNI data flow, "
+                 "a testing aid; packed format %s); levels this CPU runs: %s",
+                 emulated->name, env, emulated->format, runs);
+        return;
+    }
+
+    /* The highest level at or below the cap that runs here, and why the
+     * one above it does not. */
+    int lvl = max;
+    const char *missing = "";
+    while (lvl > LVL_SCALAR && !level_runs(lvl, &missing))
+        lvl--;
+    if (lvl < max)
+        level_runs(lvl + 1, &missing);
+    switch (lvl) {
+    case LVL_AVX512_VNNI: st->v = smm_cpu_vnni_avx512; break;
+    case LVL_AVX_VNNI: st->v = smm_cpu_vnni_avx; break;
+    case LVL_SCALAR: st->k = &smm_cpu_kernels_c; break;
+    default: break;
+    }
+    static const char *const what[LVL_COUNT] = {
+        "portable C kernels",
+        "AVX2 kernels (int16 vpmaddwd)",
+        "AVX-VNNI kernels (vpdpbusd ymm, +128 shift with column-sum compensation)",
+        "AVX-512 VNNI kernels (vpdpbusd zmm, +128 shift with column-sum compensation)",
+    };
+    char because[160];
+    if (unknown)
+        snprintf(because, sizeof because, "SMM_CPU_ISA=%s is not a level, so nothing is capped%s%s",
+                 env, lvl < max ? "; above it: " : "", lvl < max ? missing : "");
+    else if (lvl < max)
+        snprintf(because, sizeof because, "above it: %s%s%s", missing,
+                 max < LVL_COUNT - 1 ? "; SMM_CPU_ISA caps at " : "",
+                 max < LVL_COUNT - 1 ? level_names[max] : "");
+    else if (max < LVL_COUNT - 1)
+        snprintf(because, sizeof because, "SMM_CPU_ISA=%s caps the level", env);
+    else
+        snprintf(because, sizeof because, "the highest level");
+    snprintf(why, cap, "level %s: %s (%s); levels this CPU runs: %s", level_names[lvl], what[lvl],
+             because, runs);
 }
 
 static int cpu_probe(const char **reason)
 {
-    static char msg[160];
-    const char *why;
-    cpu_select_kernels(&why);
+    static char msg[512];
+    char why[400];
+    smm_cpu_state st;
+    cpu_select(&st, why, sizeof why);
 #ifdef _OPENMP
-    snprintf(msg, sizeof msg, "%s, OpenMP, up to %d threads", why, omp_get_max_threads());
+    snprintf(msg, sizeof msg, "%s; OpenMP, up to %d threads", why, omp_get_max_threads());
 #else
-    snprintf(msg, sizeof msg, "%s, built without OpenMP: one thread", why);
+    snprintf(msg, sizeof msg, "%s; built without OpenMP: one thread", why);
 #endif
     *reason = msg;
     return 1;
@@ -60,8 +158,8 @@ static smm_status cpu_init(smm_context *ctx)
     smm_cpu_state *st = smm_host_alloc(ctx, sizeof *st, 64);
     if (!st)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory");
-    const char *why;
-    st->k = cpu_select_kernels(&why);
+    char why[400];
+    cpu_select(st, why, sizeof why);
     ctx->backend_data = st;
     return SMM_OK;
 }
@@ -72,21 +170,35 @@ static void cpu_fini(smm_context *ctx)
     ctx->backend_data = NULL;
 }
 
-/* Every kernel level computes from the same packed layout (gemm.c). */
+/* The scalar and AVX2 levels share gemm.c's packed layout; each VNNI
+ * vector width has its own (a packed B of another width is an error,
+ * lib/check.c). */
 static const char *cpu_packed_format(const smm_context *ctx)
 {
-    (void)ctx;
-    return smm_cpu_packed_format;
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    return st && st->v ? st->v->format : smm_cpu_packed_format;
+}
+
+static smm_status cpu_mm(smm_context *ctx, const smm_mm_problem *p)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    return st && st->v ? smm_cpu_vnni_mm(ctx, p) : smm_cpu_mm(ctx, p);
+}
+
+static smm_status cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    return st && st->v ? smm_cpu_vnni_pack_b(ctx, b, ldb, pb) : smm_cpu_pack_b(ctx, b, ldb, pb);
 }
 
 const smm_backend_ops smm_cpu_ops = {
-    SMM_BACKEND_CPU,
-    "cpu",
-    cpu_probe,
-    cpu_init,
-    cpu_fini,
-    smm_cpu_mm,
-    smm_cpu_quantize,
-    cpu_packed_format,
-    smm_cpu_pack_b,
+    .id = SMM_BACKEND_CPU,
+    .name = "cpu",
+    .probe = cpu_probe,
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .mm = cpu_mm,
+    .quantize = smm_cpu_quantize,
+    .packed_format = cpu_packed_format,
+    .pack_b = cpu_pack_b,
 };

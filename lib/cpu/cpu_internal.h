@@ -102,9 +102,87 @@ void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1)
 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
 #endif
 
+/* ------------------------------------------------------------------ */
+/* VNNI levels (gemm_vnni.c, kernels_avx512_vnni.c, kernels_avx_vnni.c, */
+/* kernels_vnni_emulated.c)                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * vpdpbusd multiplies unsigned bytes by signed bytes. The VNNI levels feed
+ * it A' = A + 128 (A xor 0x80, as uint8) and B (int8), and subtract
+ * 128 * colsum(B) per column afterwards:
+ *   sum_k A'[k] B[k] = sum_k A[k] B[k] + 128 * sum_k B[k]
+ * with every quantity taken modulo 2^32, so the result is the contract's
+ * wrapped int32 sum at every K.
+ *
+ * B is packed in panels of nr columns (nr = 16 for zmm, 8 for ymm): for
+ * each quad q of K values (K zero-padded to a multiple of 4), nr groups of
+ * 4 bytes, group j = B[j][4q .. 4q+3], i.e. exactly one vpdpbusd operand.
+ * Columns past N are zero.
+ */
+
+/*
+ * Panel microkernel, for i < mr (1 .. table mr), j < np * nr (np 1 .. table
+ * np):
+ *   acc[i * ldacc + j] += sum_{q < kq} sum_{t < 4}
+ *                         a[i * lda + 4q + t] * b[(j / nr) * ldbp + q * 4 * nr + (j % nr) * 4 + t]
+ * a as uint8 (the shifted A'), b as int8 (panels as above); every sum and
+ * the addition to acc wrap modulo 2^32.
+ */
+typedef void (*smm_cpu_vnni_panel_fn)(int64_t kq, const uint8_t *a, int64_t lda, int mr,
+                                      const int8_t *b, int64_t ldbp, int np,
+                                      uint32_t *acc, int64_t ldacc);
+
+/*
+ * Row-dot microkernel (small M, B read in place), for i < mr (1 .. table
+ * rmr), j < 4:
+ *   acc[i * ldacc + j] += sum_{k < kc} a[i * lda + k] * brow[j][k]   (mod 2^32)
+ * a as uint8, rows readable (and zero) up to round_up(kc, 64); brow[j] int8
+ * rows, read only below kc.
+ */
+typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda, int mr,
+                                       const int8_t *const *brow, uint32_t *acc, int64_t ldacc);
+
+/* Register blocking and packed formats of the two vector widths (the real
+ * and the emulated tables of a width share them). zmm: 8 rows x 2 panels
+ * of 16 columns = 16 accumulators; row-dot 4 rows x 4 columns. ymm (16
+ * registers): 6 rows x 2 panels of 8 columns = 12 accumulators; row-dot 2
+ * rows x 4 columns. */
+#define SMM_CPU_VNNI512_FORMAT "cpu avx512_vnni int8 panels 16 rows x k4 + colsums"
+#define SMM_CPU_VNNI512_MR 8
+#define SMM_CPU_VNNI512_NP 2
+#define SMM_CPU_VNNI512_RMR 4
+#define SMM_CPU_VNNI256_FORMAT "cpu avx_vnni int8 panels 8 rows x k4 + colsums"
+#define SMM_CPU_VNNI256_MR 6
+#define SMM_CPU_VNNI256_NP 2
+#define SMM_CPU_VNNI256_RMR 2
+
+/* One VNNI level's kernels and register blocking. */
+typedef struct smm_cpu_vnni_kernels {
+    const char *name;     /* "avx512_vnni", "avx512_vnni_emulated", ... */
+    const char *format;   /* the packed-B format (same layout = same string) */
+    int nr;               /* panel width (columns), 16 or 8 */
+    int mr, np;           /* panel kernel: rows, panels */
+    int rmr;              /* row-dot kernel: rows */
+    smm_cpu_vnni_panel_fn panel;
+    smm_cpu_vnni_rowdot_fn rowdot;
+} smm_cpu_vnni_kernels;
+
+/* The tables. The real ones are NULL when the compiler cannot build them;
+ * they may only be used when the CPU and the OS support the level (see
+ * cpu_backend.c). The emulated ones are portable C with the same layout,
+ * packing, compensation and lane arithmetic (SMM_CPU_ISA=*_emulated, a
+ * testing aid: they prove the data flow on any CPU; they are slow). */
+extern const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx512 SMM_INTERNAL;
+extern const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx SMM_INTERNAL;
+extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_emulated SMM_INTERNAL;
+extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated SMM_INTERNAL;
+
 /* Per-context state (ctx->backend_data). */
 typedef struct smm_cpu_state {
-    const smm_cpu_kernels *k;
+    const smm_cpu_kernels *k;        /* int16 kernels, epilogue, quantizer */
+    const smm_cpu_vnni_kernels *v;   /* NULL, or the VNNI level's kernels
+                                        (then used for every product) */
 } smm_cpu_state;
 
 /* The backend's operations (gemm.c, quantize.c); arguments already
@@ -117,6 +195,10 @@ smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
  * for the small-M path, and the column sums. */
 extern const char smm_cpu_packed_format[] SMM_INTERNAL;
 smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
+/* The same operations on a VNNI level (gemm_vnni.c); st->v is set. */
+smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
+smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
+                               smm_packed_b *pb) SMM_INTERNAL;
 
 /* ------------------------------------------------------------------ */
 /* Scalar conversions of the contract, written as integer bit          */

@@ -1,0 +1,399 @@
+/*
+ * gemm_vnni.c - the CPU backend's matrix multiplication on the VNNI levels
+ * (vpdpbusd on zmm or ymm, or their portable emulation): C = epilogue(A B^T).
+ *
+ * vpdpbusd multiplies unsigned by signed bytes, so A is packed shifted,
+ * A' = A + 128 (A xor 0x80), and 128 * colsum(B) is subtracted per column
+ * before the epilogue (cpu_internal.h). Every sum is taken modulo 2^32: the
+ * kernels accumulate in wrapping 32-bit lanes over the whole of K, and
+ *   acc = sum_k A'[k] B[k] - 128 * colsum      (mod 2^32)
+ * equals the contract's wrapped sum_k A[k] B[k] at every K. Within one
+ * vpdpbusd lane the four products u8 * s8 lie in [-32640, 32385] and their
+ * sum in [-130560, 129540]: that sum is exact, and its addition to the
+ * lane is the plain wrapping int32 add (vpdpbusd, not the saturating
+ * vpdpbusds), i.e. addition modulo 2^32 as the contract's accumulator.
+ *
+ * Blocking (BLIS's loops, the K loop inside a tile so that the epilogue is
+ * fused, as gemm.c): C is cut into tiles of mc x nc, OpenMP threads take
+ * whole tiles. For one tile:
+ *
+ *   for each K block:
+ *       pack the tile's rows of A' (uint8, K padded with zeros)   -> L2
+ *       general path: for each np * nr columns:
+ *           B's panels: read in place from a prepacked B, else packed
+ *           here (int8, k4 x nr layout) with their column sums     -> L1
+ *           for each mr rows: panel microkernel
+ *       small M (M <= SMM_CPU_VNNI_DIRECT_M), B not prepacked: B's rows
+ *           are read in place, 4 at a time, by the row-dot kernel, every
+ *           row of A' (plus one row of ones, which yields the column sums)
+ *           against them: B streams from memory once.
+ *   acc - (128 + z) * colsum -> epilogue (gemm.c's, per element)
+ *
+ * A prepacked B (smm_cpu_vnni_pack_b) holds B as panels over the whole of
+ * K (K padded to a multiple of 4) and the column sums; a K block of a panel
+ * is a contiguous part of it, so every path reads it in place.
+ */
+#pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
+
+#include "config.h"
+#include "cpu/cpu_internal.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Cache blocking of the general path (KC a multiple of 64). */
+#define SMM_CPU_VNNI_KC 1024
+#define SMM_CPU_VNNI_MC 192
+#define SMM_CPU_VNNI_NC 128
+/* M at or below which the small-M (decode) path runs, and its K block. */
+#define SMM_CPU_VNNI_DIRECT_M 16
+#define SMM_CPU_VNNI_DIRECT_KC 4096
+/* Row padding of packed A (the widest vector). */
+#define SMM_CPU_VNNI_APAD 64
+
+static int64_t round_up(int64_t x, int64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static int64_t min64(int64_t x, int64_t y)
+{
+    return x < y ? x : y;
+}
+
+static size_t align64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
+static int64_t balanced_block(int64_t total, int64_t cap, int64_t unit)
+{
+    int64_t nblk = (total + cap - 1) / cap;
+    if (nblk < 1)
+        nblk = 1;
+    return round_up((total + nblk - 1) / nblk, unit);
+}
+
+/* ------------------------------------------------------------------ */
+/* Packing                                                             */
+/* ------------------------------------------------------------------ */
+
+/* rows x kc of A as A' = A xor 0x80 (uint8), rows of ld bytes, zero from
+ * kc to ld. */
+static void pack_a(int64_t rows, int64_t kc, const int8_t *src, int64_t lds, uint8_t *dst,
+                   int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const int8_t *restrict s = src + r * lds;
+        uint8_t *restrict d = dst + r * ld;
+        for (int64_t k = 0; k < kc; k++)
+            d[k] = (uint8_t)s[k] ^ 0x80u;
+        memset(d + kc, 0, (size_t)(ld - kc));
+    }
+}
+
+/* A row of ld bytes: 1 below kc, 0 after (its products are B itself). */
+static void ones_row(int64_t kc, uint8_t *dst, int64_t ld)
+{
+    memset(dst, 1, (size_t)kc);
+    memset(dst + kc, 0, (size_t)(ld - kc));
+}
+
+/*
+ * Packs columns 0 .. cols-1 of B (rows of the N x K matrix, leading
+ * dimension ldb), K values 0 .. kc-1, into np panels of nr columns at dst
+ * (panel p at dst + p * ldbp; ceil(kc / 4) quads of nr x 4 bytes). Columns
+ * cols .. np*nr-1 and K values past kc are 0. When colsum is not NULL,
+ * colsum[j] += sum_k B[j][k] (mod 2^32) for j < cols.
+ */
+static void pack_b_panels(const int8_t *src, int64_t ldb, int64_t cols, int np, int nr, int64_t kc,
+                          int8_t *dst, int64_t ldbp, uint32_t *colsum)
+{
+    const int64_t kq = (kc + 3) / 4, kfull = kc / 4;
+    for (int p = 0; p < np; p++) {
+        int8_t *restrict panel = dst + p * ldbp;
+        for (int jj = 0; jj < nr; jj++) {
+            const int64_t j = (int64_t)p * nr + jj;
+            int8_t *restrict d = panel + jj * 4;
+            const int64_t step = 4 * (int64_t)nr;
+            if (j >= cols) {
+                for (int64_t q = 0; q < kq; q++)
+                    memset(d + q * step, 0, 4);
+                continue;
+            }
+            const int8_t *restrict s = src + j * ldb;
+            for (int64_t q = 0; q < kfull; q++)
+                memcpy(d + q * step, s + 4 * q, 4);
+            if (kq > kfull) {
+                int8_t t[4] = {0, 0, 0, 0};
+                memcpy(t, s + 4 * kfull, (size_t)(kc - 4 * kfull));
+                memcpy(d + kfull * step, t, 4);
+            }
+            if (colsum) {
+                uint32_t sum = 0;
+                for (int64_t k = 0; k < kc; k++)
+                    sum += (uint32_t)(int32_t)s[k];
+                colsum[j] += sum;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Packed B                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The layout inside smm_packed_b.mem (parts 64-byte aligned):
+ *   vnni_packed         this header (smm_packed_b.data)
+ *   colsum[G * nr]      uint32 column sums over K, mod 2^32 (0 past N)
+ *   panels              G = ceil(N / nr) panels of kp * nr bytes, kp =
+ *                       round_up(K, 4): panel g, quad q, column j, byte t
+ *                       at g * kp * nr + q * 4 * nr + j * 4 + t
+ *                       = B[g * nr + j][4q + t] (0 past N or K)
+ */
+typedef struct vnni_packed {
+    int64_t groups, kp;
+    const uint32_t *colsum;
+    const int8_t *panels;
+} vnni_packed;
+
+smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)
+{
+    const smm_cpu_vnni_kernels *v = ((const smm_cpu_state *)ctx->backend_data)->v;
+    const int64_t n = pb->n, k = pb->k, nr = v->nr;
+    const int64_t groups = (n + nr - 1) / nr;
+    const int64_t kp = round_up(k, 4);
+
+    int64_t ncols, panel_bytes, colsum_bytes, total;
+    if (__builtin_mul_overflow(groups, nr, &ncols) ||
+        __builtin_mul_overflow(ncols, kp, &panel_bytes) ||
+        __builtin_mul_overflow(ncols, (int64_t)sizeof(uint32_t), &colsum_bytes) ||
+        __builtin_add_overflow(panel_bytes, colsum_bytes, &total) ||
+        __builtin_add_overflow(total, (int64_t)(3 * 64 + sizeof(vnni_packed)), &total) ||
+        (uint64_t)total > SIZE_MAX)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
+                             " overflows", n, k);
+
+    unsigned char *mem = smm_host_alloc(ctx, (size_t)total, 64);
+    if (!mem)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
+                             " bytes for a packed B)", total);
+    vnni_packed *pk = (vnni_packed *)mem;
+    size_t off = align64(sizeof *pk);
+    uint32_t *colsum = (uint32_t *)(mem + off);
+    off = align64(off + (size_t)colsum_bytes);
+    int8_t *panels = (int8_t *)(mem + off);
+    pk->groups = groups;
+    pk->kp = kp;
+    pk->colsum = colsum;
+    pk->panels = panels;
+    memset(colsum, 0, (size_t)colsum_bytes);
+
+    int nthreads = smm_threads(ctx);
+    if (nthreads > groups)
+        nthreads = groups > 0 ? (int)groups : 1;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t j0 = g * nr;
+        /* b may be NULL when k == 0: nothing is read then. */
+        pack_b_panels(k > 0 ? b + j0 * ldb : b, ldb, k > 0 ? min64(nr, n - j0) : 0, 1, (int)nr, k,
+                      panels + g * kp * nr, kp * nr, colsum + j0);
+    }
+
+    pb->mem = mem;
+    pb->bytes = (size_t)total;
+    pb->rows = NULL;
+    pb->data = pk;
+    return SMM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Driver                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct vplan {
+    int64_t m, n, k;
+    int64_t mc, nc, kc;
+    int64_t lda_p;          /* bytes per packed row of A' */
+    int64_t ldacc;
+    int64_t mtiles, ntiles;
+    int rowdot;             /* small M, B read in place */
+    size_t apack_bytes, bpack_bytes, acc_elems, thread_bytes;
+} vplan;
+
+static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_problem *p,
+                      int nthreads)
+{
+    const int64_t unit = (int64_t)v->nr * v->np;
+    pl->m = p->m;
+    pl->n = p->n;
+    pl->k = p->k;
+    const int direct = p->m <= SMM_CPU_VNNI_DIRECT_M;
+    pl->rowdot = direct && !p->b_packed;
+    if (direct) {
+        pl->mc = pl->m;
+        /* Enough column tiles to keep every thread busy. */
+        int64_t nc = 4 * unit;
+        while (nc > unit && (pl->n + nc - 1) / nc < 4 * (int64_t)nthreads)
+            nc /= 2;
+        pl->nc = balanced_block(pl->n, nc, unit);
+        pl->kc = SMM_CPU_VNNI_DIRECT_KC;
+    } else {
+        pl->mc = balanced_block(pl->m, SMM_CPU_VNNI_MC, v->mr);
+        pl->nc = balanced_block(pl->n, SMM_CPU_VNNI_NC, unit);
+        while ((pl->m + pl->mc - 1) / pl->mc * ((pl->n + pl->nc - 1) / pl->nc) < 2 * (int64_t)nthreads
+               && pl->nc > unit)
+            pl->nc = round_up(pl->nc / 2, unit);
+        pl->kc = SMM_CPU_VNNI_KC;
+    }
+    pl->mtiles = (pl->m + pl->mc - 1) / pl->mc;
+    pl->ntiles = (pl->n + pl->nc - 1) / pl->nc;
+    pl->lda_p = round_up(min64(pl->k, pl->kc), SMM_CPU_VNNI_APAD);
+    if (pl->lda_p == 0)
+        pl->lda_p = SMM_CPU_VNNI_APAD;
+    pl->ldacc = round_up(pl->nc, unit);
+    /* One more row of A' (ones) and of the accumulators (column sums). */
+    pl->apack_bytes = (size_t)(pl->mc + 1) * (size_t)pl->lda_p;
+    pl->bpack_bytes = direct || p->b_packed ? 0 : (size_t)unit * (size_t)round_up(min64(pl->k, pl->kc), 4);
+    pl->acc_elems = (size_t)(pl->mc + 1) * (size_t)pl->ldacc;
+    pl->thread_bytes = align64(pl->apack_bytes) + align64(pl->bpack_bytes) +
+                       align64(pl->acc_elems * sizeof(uint32_t));
+}
+
+/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C. */
+static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, const vplan *pl,
+                     const smm_mm_problem *p, const smm_cpu_epilogue *epi, unsigned char *scratch,
+                     int64_t i0, int64_t mt, int64_t j0, int64_t nt)
+{
+    uint8_t *apack = scratch;
+    scratch += align64(pl->apack_bytes);
+    int8_t *bpack = (int8_t *)scratch;
+    scratch += align64(pl->bpack_bytes);
+    uint32_t *acc = (uint32_t *)scratch;
+
+    const int64_t ldacc = pl->ldacc, lda_p = pl->lda_p, K = pl->k;
+    const int64_t nr = v->nr, unit = nr * v->np;
+    const vnni_packed *pk = p->b_packed ? (const vnni_packed *)p->b_packed->data : NULL;
+    /* Column sums: the packed B's, else accumulator row mt (the row-dot
+     * path's row of ones, or the sums taken while packing B). */
+    uint32_t *csrow = acc + mt * ldacc;
+    const uint32_t *colsum = pk ? pk->colsum + j0 : csrow;
+    const int64_t ma = mt + (pl->rowdot ? 1 : 0);
+    memset(acc, 0, (size_t)((mt + 1) * ldacc) * sizeof(uint32_t));
+
+    for (int64_t k0 = 0; k0 < K; k0 += pl->kc) {
+        const int64_t kc = min64(pl->kc, K - k0);
+        const int64_t kq = (kc + 3) / 4;
+        pack_a(mt, kc, p->a + i0 * p->lda + k0, p->lda, apack, lda_p);
+
+        if (pl->rowdot) {
+            ones_row(kc, apack + mt * lda_p, lda_p);
+            for (int64_t jr = 0; jr < nt; jr += 4) {
+                const int64_t nb = min64(4, nt - jr);
+                /* Columns past the edge repeat the last one; their sums
+                 * land in the padding of the accumulator rows. */
+                const int8_t *brow[4];
+                for (int64_t j = 0; j < 4; j++)
+                    brow[j] = p->b + (j0 + jr + min64(j, nb - 1)) * p->ldb + k0;
+                for (int64_t ir = 0; ir < ma; ir += v->rmr) {
+                    const int mr = (int)min64(v->rmr, ma - ir);
+                    v->rowdot(kc, apack + ir * lda_p, lda_p, mr, brow, acc + ir * ldacc + jr, ldacc);
+                }
+            }
+            continue;
+        }
+
+        for (int64_t jr = 0; jr < nt; jr += unit) {
+            const int np = (int)((min64(unit, nt - jr) + nr - 1) / nr);
+            const int8_t *bp;
+            int64_t ldbp;
+            if (pk) {
+                /* j0 + jr is a multiple of nr, k0 of 4. */
+                ldbp = pk->kp * nr;
+                bp = pk->panels + (j0 + jr) / nr * ldbp + k0 * nr;
+            } else {
+                ldbp = kq * 4 * nr;
+                pack_b_panels(p->b + (j0 + jr) * p->ldb + k0, p->ldb, min64(unit, nt - jr), np, (int)nr,
+                              kc, bpack, ldbp, csrow + jr);
+                bp = bpack;
+            }
+            for (int64_t ir = 0; ir < mt; ir += v->mr) {
+                const int mr = (int)min64(v->mr, mt - ir);
+                v->panel(kq, apack + ir * lda_p, lda_p, mr, bp, ldbp, np, acc + ir * ldacc + jr, ldacc);
+            }
+        }
+    }
+
+    /* Undo the shift: acc - 128 * colsum (mod 2^32); the epilogue then
+     * subtracts z * colsum when there is a zero point. */
+    for (int64_t i = 0; i < mt; i++) {
+        uint32_t *restrict row = acc + i * ldacc;
+        const uint32_t *restrict cs = colsum;
+        for (int64_t j = 0; j < nt; j++)
+            row[j] -= 128u * cs[j];
+        kr->epilogue(epi, i0 + i, j0, nt, row, colsum);
+    }
+}
+
+smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    const smm_cpu_vnni_kernels *v = st->v;
+    const smm_cpu_kernels *kr = st->k;
+    int nthreads = smm_threads(ctx);
+
+    vplan pl;
+    make_plan(&pl, v, p, nthreads);
+    const int64_t ntile_total = pl.mtiles * pl.ntiles;
+    if (nthreads > ntile_total)
+        nthreads = (int)ntile_total;
+    if (nthreads < 1)
+        nthreads = 1;
+
+    /* All scratch before any output is written. */
+    unsigned char *scratch = smm_host_alloc(ctx, pl.thread_bytes * (size_t)nthreads, 64);
+    if (!scratch)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%zu bytes of scratch)",
+                             pl.thread_bytes * (size_t)nthreads);
+
+    smm_cpu_epilogue epi = {
+        p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
+        p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
+    };
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+#endif
+    {
+        smm_fpenv env;
+        smm_fpenv_enter(&env);
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        unsigned char *mine = scratch + (size_t)tid * pl.thread_bytes;
+        /* Tiles in column-major order: consecutive tiles share B. */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t t = 0; t < ntile_total; t++) {
+            const int64_t ti = t % pl.mtiles, tj = t / pl.mtiles;
+            const int64_t i0 = ti * pl.mc, j0 = tj * pl.nc;
+            run_tile(v, kr, &pl, p, &epi, mine, i0, min64(pl.mc, pl.m - i0), j0,
+                     min64(pl.nc, pl.n - j0));
+        }
+        smm_fpenv_leave(&env);
+    }
+
+    smm_host_free(ctx, scratch);
+    return SMM_OK;
+}
