@@ -9,13 +9,18 @@
 # Arguments are passed to configure on the first run (when the build
 # directory has no Makefile yet), e.g. ./setup.sh CFLAGS="-O3 -g".
 # Environment: SMM_SKIP_DEPS=1 skips the package installation; BUILD_DIR
-# (default: build) names the build directory.
+# (default: build) names the build directory; SMM_SETUP_ROCM=1 also installs
+# the HIP toolchain of the ROCm backend (Debian's clang-19 and HIP packages),
+# e.g. SMM_SETUP_ROCM=1 BUILD_DIR=build-rocm ./setup.sh --with-rocm.
 set -eu
 cd "$(dirname "$0")"
 top=$(pwd)
 
 PACKAGES="build-essential autoconf automake libtool autoconf-archive pkg-config
 check libsubunit-dev libopenblas-dev libjansson-dev"
+if [ "${SMM_SETUP_ROCM:-0}" = 1 ]; then
+    PACKAGES="$PACKAGES clang-19 lld-19 clang-tools-19 llvm-19 libamdhip64-dev rocm-device-libs"
+fi
 
 if [ "${SMM_SKIP_DEPS:-0}" != 1 ]; then
     missing=""

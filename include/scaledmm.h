@@ -137,7 +137,9 @@ SMM_API int smm_backend_available(smm_backend backend, const char **reason);
 /* The backend AUTO resolves to: the one the environment variable
  * SMM_BACKEND names, when it holds a valid name (creating a context then
  * fails with SMM_ERR_NOT_AVAILABLE if that backend cannot run here), else
- * the fastest available one (cuda, rocm, cpu, reference, in that order). */
+ * the fastest available host backend (cpu, then reference). A GPU backend,
+ * whose calls take device pointers, is used only when named (here through
+ * SMM_BACKEND, or passed to smm_context_create). */
 SMM_API smm_backend smm_backend_auto(void);
 
 /* Space-separated CPU features found by CPUID and confirmed usable by the OS
@@ -212,7 +214,10 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * reports become SMM_ERR_DEVICE, with the runtime's own message in
  * smm_context_last_error. On CPU and reference contexts these functions
  * work on host memory (smm_malloc is an aligned host allocation,
- * smm_memcpy a memcpy, smm_synchronize returns at once).
+ * smm_memcpy with SMM_MEMCPY_HOST_TO_HOST is a memcpy and any other kind is
+ * SMM_ERR_INVALID_ARG, smm_synchronize returns at once).
+ * SMM_BACKEND_AUTO never picks a GPU backend, since GPU calls take device
+ * pointers: a GPU context is always asked for by name.
  */
 
 /* Direction of smm_memcpy. */
@@ -362,20 +367,25 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
  *
  * Packing is a pure function of B and the format (smm_packed_b_format). A
  * packed B can be used with any context of the same backend whose kernels
- * compute from the same format; today every CPU kernel level (SMM_CPU_ISA
- * scalar or avx2) uses the one CPU format, so a B packed by one level is used
- * as is by the others. Using it with a context of another backend or format
- * is SMM_ERR_INVALID_ARG, with a message naming both formats.
- *   cpu:       int16 panels of 4 rows of B per K block of 1024 (the blocked
- *              driver's layout), an int8 copy of B (read by the small-M
- *              path) and the column sums: about 3 bytes per element of B
- *              (panels padded to 4 rows and to K a multiple of 16).
+ * compute from the same format. The CPU format depends on the kernel level
+ * the context chose (SMM_CPU_ISA, `scaledmm info`): a B packed on an
+ * AVX-512 VNNI context is not accepted by an AVX2 one. Using a packed B with
+ * a context of another backend or format is SMM_ERR_INVALID_ARG, with a
+ * message naming both formats; nothing is repacked behind the caller's back.
+ *   cpu, levels scalar and avx2: int16 panels of 4 rows of B per K block of
+ *              1024 (the blocked driver's layout), an int8 copy of B (read
+ *              by the small-M path) and the column sums: about 3 bytes per
+ *              element of B (panels padded to 4 rows and to K a multiple of 16).
+ *   cpu, levels avx_vnni and avx512_vnni: int8 panels of 8 / 16 rows of B
+ *              with 4 consecutive K values per row (the vpdpbusd layout),
+ *              zero-padded to K a multiple of 4, and the column sums: about
+ *              1 byte per element of B.
+ *   rocm, cuda: a device copy of B's rows (ld K), in device memory.
  *   reference: an int8 copy of B (the reference stays the plain loop nest).
  * Errors (*out set to NULL when out is non-NULL): SMM_ERR_INVALID_ARG (ctx
  * or out NULL, b NULL with N * K > 0, negative size, ldb < K when N > 1,
  * the byte size of B or of the packed copy overflows), SMM_ERR_NO_MEMORY,
- * SMM_ERR_UNSUPPORTED (the backend has no packed format, e.g. a GPU
- * backend of this version).
+ * SMM_ERR_UNSUPPORTED (the backend has no packed format), SMM_ERR_DEVICE.
  */
 SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
                               int64_t ldb, smm_packed_b **out);

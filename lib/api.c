@@ -5,6 +5,7 @@
 #include "config.h"
 #include "internal.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -67,6 +68,124 @@ SMM_API smm_status smm_backend_from_name(const char *name, smm_backend *out)
     }
     return SMM_ERR_INVALID_ARG;
 }
+
+/* ------------------------------------------------------------------ */
+/* Device memory and streams                                           */
+/* ------------------------------------------------------------------ */
+
+/* A GPU context: its backend has device memory operations. */
+static int is_gpu(const smm_context *ctx)
+{
+    return ctx->ops->dev_malloc != NULL;
+}
+
+/* The runtime's error as the backend reported it, or a generic message. */
+static smm_status gpu_result(smm_context *ctx, smm_status st, const char *who)
+{
+    if (st != SMM_OK && ctx->last_error[0] == '\0')
+        smm_set_error(ctx, st, "%s: %s backend: %s", who, ctx->ops->name, smm_strerror(st));
+    return st;
+}
+
+SMM_API smm_status smm_malloc(smm_context *ctx, size_t bytes, void **ptr)
+{
+    if (ptr)
+        *ptr = NULL;
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!ptr)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_malloc: ptr is NULL");
+    if (is_gpu(ctx)) {
+        void *p = NULL;
+        smm_status st = ctx->ops->dev_malloc(ctx, bytes, &p);
+        if (st == SMM_OK)
+            *ptr = p;
+        return gpu_result(ctx, st, "smm_malloc");
+    }
+    void *p = smm_host_alloc(ctx, bytes, 64);
+    if (!p)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "smm_malloc: out of memory (%zu bytes)", bytes);
+    *ptr = p;
+    return SMM_OK;
+}
+
+SMM_API smm_status smm_free(smm_context *ctx, void *ptr)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!ptr)
+        return SMM_OK;
+    if (is_gpu(ctx))
+        return gpu_result(ctx, ctx->ops->dev_free(ctx, ptr), "smm_free");
+    smm_host_free(ctx, ptr);
+    return SMM_OK;
+}
+
+SMM_API smm_status smm_memcpy(smm_context *ctx, void *dst, const void *src, size_t bytes,
+                              smm_memcpy_kind kind)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if ((int)kind < (int)SMM_MEMCPY_HOST_TO_DEVICE || (int)kind > (int)SMM_MEMCPY_HOST_TO_HOST)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_memcpy: unknown kind (%d)", (int)kind);
+    if (kind != SMM_MEMCPY_HOST_TO_HOST && !is_gpu(ctx))
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_memcpy: a device copy (kind %d) on a %s context, which has no "
+                             "device", (int)kind, ctx->ops->name);
+    if (bytes == 0)
+        return SMM_OK;
+    if (!dst || !src)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_memcpy: %s is NULL",
+                             !dst ? "dst" : "src");
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src, end;
+    if (__builtin_add_overflow(d, bytes, &end) || __builtin_add_overflow(s, bytes, &end))
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_memcpy: %zu bytes from %p to %p wrap the address space", bytes,
+                             src, dst);
+    /* Within one memory (host to host, device to device) ranges may not
+     * intersect; across memories addresses are not comparable. */
+    if ((kind == SMM_MEMCPY_HOST_TO_HOST || kind == SMM_MEMCPY_DEVICE_TO_DEVICE) &&
+        d < s + bytes && s < d + bytes)
+        return smm_set_error(ctx, SMM_ERR_OVERLAP,
+                             "smm_memcpy: source [%p, +%zu) and destination %p overlap", src,
+                             bytes, dst);
+    if (is_gpu(ctx))
+        return gpu_result(ctx, ctx->ops->dev_memcpy(ctx, dst, src, bytes, kind), "smm_memcpy");
+    memcpy(dst, src, bytes);
+    return SMM_OK;
+}
+
+SMM_API smm_status smm_context_set_stream(smm_context *ctx, void *stream)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!is_gpu(ctx)) {
+        if (stream)
+            return smm_set_error(ctx, SMM_ERR_UNSUPPORTED,
+                                 "smm_context_set_stream: the %s backend has no streams",
+                                 ctx->ops->name);
+        return SMM_OK;
+    }
+    return gpu_result(ctx, ctx->ops->set_stream(ctx, stream), "smm_context_set_stream");
+}
+
+SMM_API smm_status smm_synchronize(smm_context *ctx)
+{
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    ctx->last_error[0] = '\0';
+    if (!is_gpu(ctx))
+        return SMM_OK;
+    return gpu_result(ctx, ctx->ops->synchronize(ctx), "smm_synchronize");
+}
+
+/* ------------------------------------------------------------------ */
+/* Matrix multiplication                                               */
+/* ------------------------------------------------------------------ */
 
 /* Runs a checked problem on the backend inside the contract's FP environment. */
 static smm_status run_mm(smm_context *ctx, const smm_mm_problem *p)
@@ -184,7 +303,9 @@ SMM_API void smm_packed_b_destroy(smm_packed_b *pb)
     if (!pb)
         return;
     smm_allocator al = pb->alloc;
-    if (pb->mem)
+    if (pb->release)
+        pb->release(pb);          /* GPU backends: device memory */
+    else if (pb->mem)
         al.free(pb->mem, al.user);
     al.free(pb, al.user);
 }

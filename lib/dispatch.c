@@ -3,15 +3,19 @@
  *
  * Each backend is one smm_backend_ops table; adding one is its source files
  * plus one line in `registry` below. Each backend's probe runs once per
- * process and its answer (available or not, and why) is kept.
+ * process and its answer (available or not, and why) is kept. The GPU
+ * backends' tables come from their plugins (gpu_loader.c), loaded by the
+ * probe.
  */
 #include "config.h"
+#include "gpu_loader.h"
 #include "internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-/* Indexed by smm_backend; NULL where the backend is not built in. */
+/* Indexed by smm_backend; NULL where the backend is not built in (the GPU
+ * backends: see gpu_ops). */
 static const smm_backend_ops *const registry[] = {
     [SMM_BACKEND_AUTO] = NULL,
     [SMM_BACKEND_REFERENCE] = &smm_reference_ops,
@@ -21,11 +25,14 @@ static const smm_backend_ops *const registry[] = {
 };
 #define NBACKENDS ((int)(sizeof registry / sizeof registry[0]))
 
-/* The order AUTO prefers, fastest first. */
+/* The order AUTO prefers, fastest first. Host backends only: the calls of
+ * a GPU context take device pointers, so a program gets one only by naming
+ * it (or through SMM_BACKEND). */
 static const smm_backend preference[] = {
-    SMM_BACKEND_CUDA, SMM_BACKEND_ROCM, SMM_BACKEND_CPU, SMM_BACKEND_REFERENCE,
+    SMM_BACKEND_CPU, SMM_BACKEND_REFERENCE,
 };
 
+static const smm_backend_ops *gpu_ops[NBACKENDS];   /* loaded plugins */
 static int probed_ok[NBACKENDS];
 static const char *probed_reason[NBACKENDS];
 static pthread_once_t probe_once_ctl = PTHREAD_ONCE_INIT;
@@ -36,10 +43,12 @@ static void probe_all(void)
         const smm_backend_ops *ops = registry[b];
         if (b == SMM_BACKEND_AUTO) {
             probed_reason[b] = "AUTO is not a backend; it picks one";
+        } else if (b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA) {
+            /* The plugin's entry point counts the devices: it is the probe. */
+            gpu_ops[b] = smm_gpu_load((smm_backend)b, &probed_reason[b]);
+            probed_ok[b] = gpu_ops[b] != NULL;
         } else if (!ops) {
-            probed_reason[b] = (b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA)
-                                   ? "no GPU backend in this build"
-                                   : "not built in";
+            probed_reason[b] = "not built in";
         } else {
             const char *why = NULL;
             probed_ok[b] = ops->probe(&why) ? 1 : 0;
@@ -52,6 +61,10 @@ const smm_backend_ops *smm_backend_ops_get(smm_backend b)
 {
     if ((int)b < 0 || (int)b >= NBACKENDS)
         return NULL;
+    if (b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA) {
+        pthread_once(&probe_once_ctl, probe_all);
+        return gpu_ops[b];
+    }
     return registry[b];
 }
 

@@ -163,7 +163,7 @@ END_TEST
 START_TEST(test_context_basics)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = NULL;
         ck_assert_int_eq(smm_context_create(&ctx, bs[i]), SMM_OK);
@@ -314,7 +314,7 @@ static void expect_gemm_error(smm_context *ctx, int64_t m, int64_t n, int64_t k,
 START_TEST(test_scaled_mm_bad_args)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     static const smm_dtype dts[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
     for (int i = 0; i < nb; i++)
         for (int d = 0; d < 3; d++) {
@@ -396,7 +396,7 @@ END_TEST
 START_TEST(test_gemm_bad_args)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         fixture fx, *f = &fx;
@@ -458,7 +458,7 @@ static smm_scaled_mm_args with_input(const smm_scaled_mm_args *args, int j, cons
 START_TEST(test_scaled_mm_overlap)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     static const smm_dtype dts[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
     for (int i = 0; i < nb; i++)
         for (int d = 0; d < 3; d++) {
@@ -565,7 +565,7 @@ static void expect_q_error(smm_context *ctx, const smm_quantize_args *args, smm_
 START_TEST(test_quantize_bad_args)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         tu_buf qb, sb, zb, xb;
@@ -665,7 +665,7 @@ END_TEST
 START_TEST(test_single_row_ld)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     cf_rng r = tu_rng("single_row_ld");
     enum { KK = 37, NN = 11 };
     int8_t a[KK], b[NN * KK];
@@ -739,7 +739,7 @@ END_TEST
 START_TEST(test_empty_problems)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         fixture fx, *f = &fx;
@@ -802,7 +802,7 @@ END_TEST
 START_TEST(test_k0_formulas)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     const float sa[2] = { 1.0f, -1.0f }, sb[3] = { 1.0f, -1.0f, 2.0f };
     const float bias[3] = { 0.0f, -0.0f, 1.5f };
     const int32_t azp[2] = { 5, -7 };
@@ -855,7 +855,7 @@ END_TEST
 START_TEST(test_adjacent_not_overlap)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         int32_t buf[64];
@@ -877,7 +877,7 @@ END_TEST
 START_TEST(test_alloc_failure_create)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         int64_t n;
         for (n = 0; n < 1000; n++) {
@@ -917,7 +917,7 @@ END_TEST
 START_TEST(test_alloc_failure_calls)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     cf_rng r = tu_rng("alloc_calls");
     enum { AM = 150, AN = 140, AK = 260 };
     int8_t *a = malloc(AM * AK), *b = malloc(AN * AK);

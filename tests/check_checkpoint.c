@@ -461,7 +461,7 @@ static void run_model_everywhere(const ct_model *model, cf_rng *r)
     static const smm_dtype dts[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
     static const int64_t ms[2] = { 1, 7 };
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     size_t li;
     for (li = 0; li < model->nlayers; li++) {
         const ct_layer *L = &model->layers[li];

@@ -233,7 +233,7 @@ START_TEST(test_k_wrap_hand_values)
         { 133145, 127, 127, -2147471591 },     /* 16129 * 133145 = 2147495705 - 2^32 */
     };
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t k = cases[ci].k;
         enum { M = 20, N = 3 };   /* M > 12: the CPU backend's blocked path */
@@ -379,7 +379,7 @@ START_TEST(test_thread_counts_identical)
 {
     cf_rng r = tu_rng("threads");
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     enum { M = 133, N = 77, K = 301, LDC = 80 };
     int8_t *a = malloc(M * K), *b = malloc(N * K);
     float *sa = malloc(M * sizeof(float)), *sb = malloc(N * sizeof(float));

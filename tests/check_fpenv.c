@@ -152,7 +152,7 @@ START_TEST(test_hostile_environment)
     make_problem(p, &r);
 
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         for (int threads = 1; threads <= (bs[i] == SMM_BACKEND_REFERENCE ? 1 : 3); threads += 2) {
             smm_context *ctx = tu_ctx(bs[i], threads);

@@ -61,7 +61,7 @@ typedef smm_status (*runner)(smm_context *ctx, void *out, void *user);
 static void compare_backends(runner run, void *user, size_t bytes, const char *what)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     unsigned char *want = malloc(bytes), *got = malloc(bytes);
     ck_assert(want && got);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
@@ -229,7 +229,7 @@ START_TEST(test_huge_leading_dimensions)
     s.dt = SMM_DTYPE_I32;
     int32_t got[3 * 4];
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         ck_assert_int_eq(run_strided(ctx, got, &s), SMM_OK);

@@ -45,7 +45,7 @@ static void check_against_oracle(cf_rng *r, int64_t m, int64_t n, int64_t k, cf_
             cd[i] = 0.0;
 
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     size_t cfoot = m > 0 && n > 0 ? (size_t)((m > 1 ? (m - 1) * ldc : 0) + n) : 0;
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], bs[i] == SMM_BACKEND_REFERENCE ? 0 : (int)cf_rng_range(r, 1, 3));

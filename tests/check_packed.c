@@ -392,7 +392,7 @@ START_TEST(test_empty)
 {
     cf_rng r = tu_rng("empty");
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(be[i], 2);
@@ -429,7 +429,7 @@ END_TEST
 START_TEST(test_pack_errors)
 {
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     int8_t b[4 * 8] = {0};
     smm_packed_b *pb = BOGUS;
     ck_assert_int_eq(smm_pack_b(NULL, 4, 8, b, 8, &pb), SMM_ERR_INVALID_ARG);
@@ -478,7 +478,7 @@ END_TEST
 START_TEST(test_mm_errors)
 {
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     enum { M = 5, N = 6, K = 40 };
     int8_t a[M * K], b[N * K];
     memset(a, 3, sizeof a);
@@ -571,7 +571,7 @@ static smm_context *counting_ctx(smm_backend be, tu_counting *cnt)
 START_TEST(test_allocation_failure)
 {
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     int8_t b[9 * 33];
     memset(b, 1, sizeof b);
     for (int i = 0; i < nb; i++) {
@@ -611,7 +611,7 @@ START_TEST(test_outlives_context)
 {
     cf_rng r = tu_rng("outlives_context");
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
     for (int i = 0; i < nb; i++) {
         problem p;
@@ -654,7 +654,7 @@ END_TEST
 START_TEST(test_overlap_with_packed)
 {
     smm_backend be[4];
-    int nb = tu_backends(be);
+    int nb = tu_host_backends(be);
     enum { M = 2, N = 8, K = 64 };
     int8_t a[M * K], b[N * K];
     memset(a, 1, sizeof a);

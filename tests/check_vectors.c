@@ -208,7 +208,7 @@ static void run_mm_vector(smm_context *ctx, smm_backend be, const mm_vector *v)
 START_TEST(test_epilogue_vectors)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++)
         for (int threads = 1; threads <= 2; threads++) {
             smm_context *ctx = tu_ctx(bs[i], threads);
@@ -437,7 +437,7 @@ static void run_q_vector(smm_context *ctx, smm_backend be, const q_vector *v)
 START_TEST(test_quantizer_vectors)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++)
         for (int threads = 1; threads <= 3; threads += 2) {
             smm_context *ctx = tu_ctx(bs[i], threads);
@@ -452,7 +452,7 @@ END_TEST
 START_TEST(test_quantize_k0)
 {
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 0);
         float scale[4];
@@ -499,7 +499,7 @@ START_TEST(test_quantize_signalling_nan)
         { "f16 sNaN", F16, DYNAMIC, 0, 3, { 0x7BFF, 0x7C01, 0x3C00 }, 0x4400F1E4u, 0, { 127, 0, 0 } },
     };
     smm_backend bs[4];
-    int nb = tu_backends(bs);
+    int nb = tu_host_backends(bs);
     for (int i = 0; i < nb; i++) {
         smm_context *ctx = tu_ctx(bs[i], 1);
         for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)

@@ -25,14 +25,30 @@ int tu_main(Suite *s, const char *name)
     tu_seed = cf_seed();
     printf("%s: seed: 0x%016" PRIx64 " (replay with SMM_TEST_SEED=0x%016" PRIx64 ")\n",
            name, tu_seed, tu_seed);
+    int any_gpu = 0;
     for (int b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CUDA; b++) {
         const char *why = "";
         int ok = smm_backend_available((smm_backend)b, &why);
+        int gpu = b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA;
+        if (!tu_backend_selected((smm_backend)b)) {
+            printf("%s: backend %s: not tested (SMM_TEST_BACKENDS)\n", name,
+                   smm_backend_name((smm_backend)b));
+            continue;
+        }
+        any_gpu |= ok && gpu;
         printf("%s: backend %s: %s%s%s\n", name, smm_backend_name((smm_backend)b),
-               ok ? "available" : "not available", why && *why ? ": " : "", why ? why : "");
+               ok ? "available" : gpu ? "SKIP (not available)" : "not available",
+               why && *why ? ": " : "", why ? why : "");
+    }
+    SRunner *sr = srunner_create(s);
+    if (any_gpu) {
+        /* The probe has initialised the GPU runtime in this process, and
+         * neither CUDA nor HIP can be used in a child forked after that:
+         * run the tests in this process. */
+        srunner_set_fork_status(sr, CK_NOFORK);
+        printf("%s: a GPU backend is available: tests run without fork\n", name);
     }
     fflush(stdout);
-    SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
@@ -50,11 +66,37 @@ TCase *tu_tcase(Suite *s, const char *name, double timeout_s)
     return tc;
 }
 
+int tu_backend_selected(smm_backend b)
+{
+    const char *list = getenv("SMM_TEST_BACKENDS");
+    if (!list || !*list)
+        return 1;
+    const char *want = smm_backend_name(b);
+    size_t len = strlen(want);
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ", ");
+        if (n == len && strncmp(p, want, len) == 0)
+            return 1;
+        p += n;
+        p += strspn(p, ", ");
+    }
+    return 0;
+}
+
 int tu_backends(smm_backend out[4])
 {
     int n = 0;
     for (int b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CUDA; b++)
-        if (smm_backend_available((smm_backend)b, NULL))
+        if (tu_backend_selected((smm_backend)b) && smm_backend_available((smm_backend)b, NULL))
+            out[n++] = (smm_backend)b;
+    return n;
+}
+
+int tu_host_backends(smm_backend out[4])
+{
+    int n = 0;
+    for (int b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CPU; b++)
+        if (tu_backend_selected((smm_backend)b) && smm_backend_available((smm_backend)b, NULL))
             out[n++] = (smm_backend)b;
     return n;
 }
@@ -169,7 +211,8 @@ void tu_counting_fail_in(tu_counting *c, int64_t n)
 int tu_thread_counts(smm_backend b, int out[3])
 {
     out[0] = 1;
-    if (b == SMM_BACKEND_REFERENCE)
+    /* The reference is single-threaded; a GPU backend ignores the count. */
+    if (b == SMM_BACKEND_REFERENCE || b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA)
         return 1;
     out[1] = 2;
     out[2] = 3;

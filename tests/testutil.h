@@ -31,11 +31,23 @@ int tu_main(Suite *s, const char *name);
  * (tests run under sanitizers in CI: keep these generous). */
 TCase *tu_tcase(Suite *s, const char *name, double timeout_s);
 
-/* Backends that can run here: REFERENCE, CPU, and any GPU backend. */
+/* Whether SMM_TEST_BACKENDS (a comma- or space-separated list of backend
+ * names; unset or empty: all) lets the suites test backend b. The reference
+ * is what every backend is compared with, whichever are selected. */
+int tu_backend_selected(smm_backend b);
+
+/* Backends that can run here: REFERENCE, CPU, and any GPU backend. The
+ * calls of a GPU context take device pointers: tests that hand host buffers
+ * straight to the library use tu_host_backends; the conformance battery
+ * (cf_*) stages its buffers itself and runs on all of them. */
+/* (Only those SMM_TEST_BACKENDS selects.) */
 int tu_backends(smm_backend out[4]);
+/* The same without the GPU backends. */
+int tu_host_backends(smm_backend out[4]);
 
 /* Thread counts to test a backend at: 1, 2 and 3 (the reference, which is
- * single-threaded, only 1). Returns how many were written to out. */
+ * single-threaded, and GPU backends, which ignore it: only 1). Returns how
+ * many were written to out. */
 int tu_thread_counts(smm_backend b, int out[3]);
 
 /* A context on `backend` with `threads` threads (0 = default); aborts the

@@ -27,6 +27,13 @@ void cmd_info_help(FILE *f)
           "backend (reference, cpu, rocm, cuda) with whether it can run here and\n"
           "why, the backend AUTO picks (honouring SMM_BACKEND), and the default\n"
           "thread count (omp_get_max_threads, i.e. OMP_NUM_THREADS or the cores).\n"
+          "The cpu backend's line names the kernel level its contexts use (scalar,\n"
+          "avx2, avx_vnni or avx512_vnni: the highest this CPU and OS run, capped by\n"
+          "SMM_CPU_ISA), why, and every level this CPU runs.\n"
+          "The GPU backends are plugins (libscaledmm-rocm.so, libscaledmm-cuda.so)\n"
+          "loaded from $SMM_GPU_PLUGIN_DIR when set, else from the library's install\n"
+          "folder; their line says why one cannot run (not built, runtime library\n"
+          "missing, no device). AUTO picks host backends only.\n"
           "\n"
           "Options:\n"
           "  --json       print one JSON object on stdout instead of text\n"
@@ -79,6 +86,9 @@ static int print_json(const char *env)
     json_object_set(doc, "backends", backends);
     json_object_set_new(doc, "auto", json_string(smm_backend_name(smm_backend_auto())));
     json_object_set_new(doc, "smm_backend_env", env ? json_string(env) : json_null());
+    json_object_set_new(doc, "gpu_plugin_dir_env",
+                        getenv("SMM_GPU_PLUGIN_DIR") ? json_string(getenv("SMM_GPU_PLUGIN_DIR"))
+                                                     : json_null());
     b = auto_context(&why);
     json_object_set_new(doc, "auto_context",
                         why ? json_pack("{s:b, s:s}", "ok", 0, "error", why)
@@ -114,6 +124,8 @@ static int print_text(const char *env)
         printf("  %-10s %-3s  %s\n", smm_backend_name(all_backends[i]), ok ? "yes" : "no",
                reason ? reason : "");
     }
+    if (getenv("SMM_GPU_PLUGIN_DIR") && *getenv("SMM_GPU_PLUGIN_DIR"))
+        printf("GPU plugins:     from %s (SMM_GPU_PLUGIN_DIR)\n", getenv("SMM_GPU_PLUGIN_DIR"));
     printf("AUTO picks:      %s", smm_backend_name(smm_backend_auto()));
     if (env)
         printf(" (SMM_BACKEND=%s)", env);

@@ -344,6 +344,163 @@ static void snap_free(cf_snaps *sn)
 }
 
 /* ------------------------------------------------------------------ */
+/* Device staging (GPU contexts take device pointers)                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * On a GPU context every input is copied to device memory (smm_malloc,
+ * smm_memcpy) with its address kept modulo 64 and CF_GUARD bytes of a NaN
+ * pattern (0x7FC0DEAD) on either side, so a kernel reading out of bounds
+ * still meets NaN; after the runs the whole device copy, guards included,
+ * must come back unchanged. Each output buffer (guards, gaps and poison
+ * included) is copied to the device before a run and back after
+ * smm_synchronize, so the host-side checks apply unchanged.
+ */
+static int is_device_ctx(const smm_context *ctx)
+{
+    smm_backend b = smm_context_backend(ctx);
+    return b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA;
+}
+
+typedef struct cf_staged {
+    const char *name;
+    unsigned char *image;   /* host: what the device copy must hold */
+    unsigned char *mem;     /* device allocation */
+    size_t size;            /* bytes of both */
+} cf_staged;
+
+#define CF_MAX_STAGED 8
+typedef struct cf_stage {
+    smm_context *ctx;       /* NULL: no staging (host context) */
+    int n;
+    cf_staged in[CF_MAX_STAGED];
+    unsigned char *out_mem[3];
+} cf_stage;
+
+static int stage_fail(cf_stage *st, const char *what, smm_status s, char *msg, size_t msgsz)
+{
+    appendf(msg, msgsz, "staging on %s: %s: %s (%s)", smm_backend_name(smm_context_backend(st->ctx)),
+            what, smm_strerror(s), smm_context_last_error(st->ctx));
+    return -1;
+}
+
+/* The device copy of a host input of `size` bytes at `host` (NULL: none).
+ * Returns 0 and sets *dev, or -1 with msg. */
+static int stage_input(cf_stage *st, const char *name, const void *host, size_t size,
+                       const void **dev, char *msg, size_t msgsz)
+{
+    *dev = host;
+    if (!st->ctx || !host)
+        return 0;
+    if (st->n >= CF_MAX_STAGED) {
+        appendf(msg, msgsz, "staging: too many inputs");
+        return -1;
+    }
+    static const unsigned char nan_bytes[4] = { 0xAD, 0xDE, 0xC0, 0x7F };
+    size_t off = CF_GUARD + (size_t)((uintptr_t)host % 64);
+    size_t total = off + size + CF_GUARD;
+    cf_staged *s = &st->in[st->n];
+    s->name = name;
+    s->size = total;
+    s->image = malloc(total);
+    s->mem = NULL;
+    if (!s->image) {
+        appendf(msg, msgsz, "out of memory staging %s", name);
+        return -1;
+    }
+    st->n++;
+    for (size_t i = 0; i < total; i++)
+        s->image[i] = nan_bytes[i % 4];
+    memcpy(s->image + off, host, size);
+    void *mem = NULL;
+    smm_status r = smm_malloc(st->ctx, total, &mem);
+    if (r != SMM_OK)
+        return stage_fail(st, "smm_malloc", r, msg, msgsz);
+    s->mem = mem;
+    r = smm_memcpy(st->ctx, s->mem, s->image, total, SMM_MEMCPY_HOST_TO_DEVICE);
+    if (r != SMM_OK)
+        return stage_fail(st, "smm_memcpy to the device", r, msg, msgsz);
+    *dev = s->mem + off;
+    return 0;
+}
+
+/* Every staged input (with its guards) still as it was on the device? */
+static int stage_check_inputs(cf_stage *st, char *msg, size_t msgsz)
+{
+    for (int i = 0; i < st->n; i++) {
+        cf_staged *s = &st->in[i];
+        unsigned char *back = malloc(s->size);
+        if (!back) {
+            appendf(msg, msgsz, "out of memory");
+            return 1;
+        }
+        smm_status r = smm_memcpy(st->ctx, back, s->mem, s->size, SMM_MEMCPY_DEVICE_TO_HOST);
+        if (r != SMM_OK) {
+            free(back);
+            stage_fail(st, "smm_memcpy to the host", r, msg, msgsz);
+            return 1;
+        }
+        for (size_t x = 0; x < s->size; x++)
+            if (back[x] != s->image[x]) {
+                appendf(msg, msgsz, "device copy of input %s modified at byte %zu of its "
+                        "staging buffer (0x%02x, was 0x%02x)", s->name, x, back[x], s->image[x]);
+                free(back);
+                return 1;
+            }
+        free(back);
+    }
+    return 0;
+}
+
+/* The device twin of output o for tested run i: allocated on first use
+ * (slot j), loaded with the host buffer (poison, guards and all). Returns
+ * the device view, or NULL with msg. */
+static void *stage_output(cf_stage *st, int j, cf_out *o, int i, char *msg, size_t msgsz)
+{
+    if (!st->out_mem[j]) {
+        void *mem = NULL;
+        smm_status r = smm_malloc(st->ctx, o->size, &mem);
+        if (r != SMM_OK) {
+            stage_fail(st, "smm_malloc", r, msg, msgsz);
+            return NULL;
+        }
+        st->out_mem[j] = mem;
+    }
+    smm_status r = smm_memcpy(st->ctx, st->out_mem[j], o->buf[i], o->size,
+                              SMM_MEMCPY_HOST_TO_DEVICE);
+    if (r != SMM_OK) {
+        stage_fail(st, "smm_memcpy to the device", r, msg, msgsz);
+        return NULL;
+    }
+    return st->out_mem[j] + CF_GUARD + o->off;
+}
+
+/* Copies output slot j back into run i's host buffer. */
+static int unstage_output(cf_stage *st, int j, cf_out *o, int i, char *msg, size_t msgsz)
+{
+    smm_status r = smm_memcpy(st->ctx, o->buf[i], st->out_mem[j], o->size,
+                              SMM_MEMCPY_DEVICE_TO_HOST);
+    if (r != SMM_OK) {
+        stage_fail(st, "smm_memcpy to the host", r, msg, msgsz);
+        return -1;
+    }
+    return 0;
+}
+
+static void stage_free(cf_stage *st)
+{
+    for (int i = 0; i < st->n; i++) {
+        if (st->in[i].mem)
+            smm_free(st->ctx, st->in[i].mem);
+        free(st->in[i].image);
+    }
+    for (int j = 0; j < 3; j++)
+        if (st->out_mem[j])
+            smm_free(st->ctx, st->out_mem[j]);
+    memset(st, 0, sizeof *st);
+}
+
+/* ------------------------------------------------------------------ */
 /* Comparison of one call                                              */
 /* ------------------------------------------------------------------ */
 
@@ -379,6 +536,7 @@ int cf_compare_mm(smm_context *tested, smm_context *reference,
     }
     cf_out o;
     cf_snaps sn = { 0 };
+    cf_stage stg = { 0 };
     int result = CF_PASS;
     if (out_init(&o, "C", args->m, args->n, args->ldc, es, c_off < 0 ? 0 : (size_t)c_off) != 0) {
         out_free(&o);
@@ -402,15 +560,63 @@ int cf_compare_mm(smm_context *tested, smm_context *reference,
         goto done;
     }
 
+    /* What the tested context gets: the inputs, on its device if it has one. */
+    smm_scaled_mm_args targs = *args;
+    if (is_device_ctx(tested)) {
+        stg.ctx = tested;
+        const void *p[6];
+        if (stage_input(&stg, "A", args->a, footprint(args->m, args->k, args->lda, 1), &p[0],
+                        msg, msgsz) ||
+            stage_input(&stg, "B", args->b, footprint(args->n, args->k, args->ldb, 1), &p[1],
+                        msg, msgsz)) {
+            result = CF_FAIL;
+            goto done;
+        }
+        targs.a = p[0];
+        targs.b = p[1];
+        if (scaled) {
+            if (stage_input(&stg, "scale_a", args->scale_a,
+                            args->scale_a_len > 0 ? (size_t)args->scale_a_len * 4 : 0, &p[2],
+                            msg, msgsz) ||
+                stage_input(&stg, "scale_b", args->scale_b,
+                            args->scale_b_len > 0 ? (size_t)args->scale_b_len * 4 : 0, &p[3],
+                            msg, msgsz) ||
+                stage_input(&stg, "bias", args->bias, args->n > 0 ? (size_t)args->n * 4 : 0,
+                            &p[4], msg, msgsz) ||
+                stage_input(&stg, "azp", args->azp,
+                            args->azp_len > 0 ? (size_t)args->azp_len * 4 : 0, &p[5],
+                            msg, msgsz)) {
+                result = CF_FAIL;
+                goto done;
+            }
+            targs.scale_a = p[2];
+            targs.scale_b = p[3];
+            targs.bias = p[4];
+            targs.azp = p[5];
+        }
+    }
+
     smm_status st[3];
     for (int i = 0; i < 3; i++) {
-        smm_scaled_mm_args a = *args;
-        a.c = out_view(&o, i);
+        smm_scaled_mm_args a = i < 2 ? targs : *args;
+        int dev = i < 2 && stg.ctx;
         out_poison(&o, i);
+        a.c = dev ? stage_output(&stg, 0, &o, i, msg, msgsz) : out_view(&o, i);
+        if (!a.c) {
+            result = CF_FAIL;
+            goto done;
+        }
         st[i] = call_mm(i < 2 ? tested : reference, &a);
         if (i == 0 && st[0] == SMM_ERR_UNSUPPORTED) {
             result = CF_SKIP;
             goto done;
+        }
+        if (dev && st[i] == SMM_OK) {
+            st[i] = smm_synchronize(tested);
+            if (st[i] == SMM_OK && unstage_output(&stg, 0, &o, i, msg, msgsz) != 0) {
+                result = CF_FAIL;
+                goto done;
+            }
         }
     }
     if (st[0] != SMM_OK || st[1] != SMM_OK || st[2] != SMM_OK) {
@@ -422,9 +628,11 @@ int cf_compare_mm(smm_context *tested, smm_context *reference,
             result = CF_FAIL;
             goto done;
         }
-    if (out_compare(&o, msg, msgsz) || snap_check(&sn, msg, msgsz))
+    if (out_compare(&o, msg, msgsz) || snap_check(&sn, msg, msgsz) ||
+        (stg.ctx && stage_check_inputs(&stg, msg, msgsz)))
         result = CF_FAIL;
 done:
+    stage_free(&stg);
     snap_free(&sn);
     out_free(&o);
     return result;
@@ -447,6 +655,7 @@ int cf_compare_quantize(smm_context *tested, smm_context *reference,
     cf_out outs[3];
     int nouts = 0, result = CF_PASS;
     cf_snaps sn = { 0 };
+    cf_stage stg = { 0 };
     memset(outs, 0, sizeof outs);
     int fail = out_init(&outs[nouts++], "q", args->m, args->k, args->ldq, 1, off) != 0;
     if (dynamic && !fail)
@@ -464,20 +673,55 @@ int cf_compare_quantize(smm_context *tested, smm_context *reference,
         goto done;
     }
 
+    /* What the tested context gets: the inputs, on its device if it has one. */
+    smm_quantize_args targs = *args;
+    if (is_device_ctx(tested)) {
+        stg.ctx = tested;
+        const void *p[3] = { NULL, NULL, NULL };
+        if (stage_input(&stg, "x", args->x, footprint(args->m, args->k, args->ldx, xs), &p[0],
+                        msg, msgsz) ||
+            (!dynamic && (stage_input(&stg, "scale", args->scale, 4, &p[1], msg, msgsz) ||
+                          stage_input(&stg, "azp", args->azp, 4, &p[2], msg, msgsz)))) {
+            result = CF_FAIL;
+            goto done;
+        }
+        targs.x = p[0];
+        if (!dynamic) {   /* inputs in this mode, behind the struct's non-const pointers */
+            targs.scale = (float *)(uintptr_t)p[1];
+            targs.azp = (int32_t *)(uintptr_t)p[2];
+        }
+    }
+
     smm_status st[3];
     for (int i = 0; i < 3; i++) {
-        smm_quantize_args q = *args;
-        for (int j = 0; j < nouts; j++)
+        smm_quantize_args q = i < 2 ? targs : *args;
+        int dev = i < 2 && stg.ctx;
+        void *view[3] = { NULL, NULL, NULL };
+        for (int j = 0; j < nouts; j++) {
             out_poison(&outs[j], i);
-        q.q = out_view(&outs[0], i);
+            view[j] = dev ? stage_output(&stg, j, &outs[j], i, msg, msgsz) : out_view(&outs[j], i);
+            if (!view[j]) {
+                result = CF_FAIL;
+                goto done;
+            }
+        }
+        q.q = view[0];
         if (dynamic) {
-            q.scale = out_view(&outs[1], i);
-            q.azp = args->azp ? out_view(&outs[2], i) : NULL;
+            q.scale = view[1];
+            q.azp = args->azp ? view[2] : NULL;
         }
         st[i] = smm_quantize_i8(i < 2 ? tested : reference, &q);
         if (i == 0 && st[0] == SMM_ERR_UNSUPPORTED) {
             result = CF_SKIP;
             goto done;
+        }
+        if (dev && st[i] == SMM_OK) {
+            st[i] = smm_synchronize(tested);
+            for (int j = 0; j < nouts && st[i] == SMM_OK; j++)
+                if (unstage_output(&stg, j, &outs[j], i, msg, msgsz) != 0) {
+                    result = CF_FAIL;
+                    goto done;
+                }
         }
     }
     if (st[0] != SMM_OK || st[1] != SMM_OK || st[2] != SMM_OK) {
@@ -496,9 +740,10 @@ int cf_compare_quantize(smm_context *tested, smm_context *reference,
             result = CF_FAIL;
             goto done;
         }
-    if (snap_check(&sn, msg, msgsz))
+    if (snap_check(&sn, msg, msgsz) || (stg.ctx && stage_check_inputs(&stg, msg, msgsz)))
         result = CF_FAIL;
 done:
+    stage_free(&stg);
     snap_free(&sn);
     for (int j = 0; j < 3; j++)
         out_free(&outs[j]);

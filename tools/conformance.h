@@ -6,6 +6,14 @@
  * same call on the tested context and on a reference context, poisons the
  * outputs before each run, and compares bitwise (memcmp): every output
  * element written, every byte outside a strided view untouched.
+ *
+ * The tested context may be a GPU context (rocm, cuda): its calls then get
+ * device copies of every input (smm_malloc / smm_memcpy, address kept
+ * modulo 64, NaN-patterned guards around each) and of every output buffer
+ * with its poison, guards and gaps; after the call and smm_synchronize the
+ * outputs come back to the host and are checked as above, and the device
+ * inputs (guards included) must be unchanged. A staging failure is a case
+ * failure naming the call and the runtime's message.
  */
 #ifndef SMM_CONFORMANCE_H
 #define SMM_CONFORMANCE_H

@@ -7,6 +7,8 @@
  * gfx942 device library (whose __ockl_* functions HIP's threadIdx needs),
  * so the sources use these names only:
  *   gpuError_t, gpuSuccess, gpuStream_t, gpuMalloc, gpuFree, gpuMemcpyAsync,
+ *   gpuMemcpy2DAsync, gpuMemsetAsync, gpuDeviceSynchronize,
+ *   gpuErrorMemoryAllocation, gpuErrorNotSupported, gpuErrorInvalidValue,
  *   gpuMemcpyKind values, gpuStreamSynchronize, gpuGetDeviceCount,
  *   gpuGetErrorString, gpuGetLastError, gpuDeviceProp_t, gpuGetDeviceProperties,
  *   gpuGetDevice, gpuFuncSetMaxDynamicSharedMemory;
@@ -41,6 +43,10 @@ typedef hipMemcpyKind gpuMemcpyKind;
 #define gpuFree hipFree
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpy2DAsync hipMemcpy2DAsync
+#define gpuErrorNotSupported hipErrorNotSupported
+#define gpuErrorInvalidValue hipErrorInvalidValue
+#define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuGetDeviceCount hipGetDeviceCount
 #define gpuGetDevice hipGetDevice
@@ -63,7 +69,28 @@ typedef hipMemcpyKind gpuMemcpyKind;
 #define SMM_BDIM_Y ((int)__builtin_amdgcn_workgroup_size_y())
 #define SMM_BDIM_Z ((int)__builtin_amdgcn_workgroup_size_z())
 #define SMM_GDIM_X ((int)(__builtin_amdgcn_grid_size_x() / __builtin_amdgcn_workgroup_size_x()))
-#define SMM_SYNCTHREADS() __builtin_amdgcn_s_barrier()
+/* As HIP's __syncthreads: the barrier alone does not order memory, so
+ * workgroup fences around it make shared-memory writes before it visible
+ * to reads after it (and keep the compiler from moving them across). */
+#define SMM_SYNCTHREADS()                                      \
+    do {                                                       \
+        __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); \
+        __builtin_amdgcn_s_barrier();                          \
+        __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup"); \
+    } while (0)
+#elif defined(__HIP__)
+/* The host pass of a HIP compile parses kernel bodies but never runs them. */
+#define SMM_TID_X 0
+#define SMM_TID_Y 0
+#define SMM_TID_Z 0
+#define SMM_BID_X 0
+#define SMM_BID_Y 0
+#define SMM_BID_Z 0
+#define SMM_BDIM_X 1
+#define SMM_BDIM_Y 1
+#define SMM_BDIM_Z 1
+#define SMM_GDIM_X 1
+#define SMM_SYNCTHREADS() ((void)0)
 #endif
 #define SMM_HD __host__ __device__ inline
 #define SMM_DEV __device__ inline
@@ -86,6 +113,10 @@ typedef cudaMemcpyKind gpuMemcpyKind;
 #define gpuFree cudaFree
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpy2DAsync cudaMemcpy2DAsync
+#define gpuErrorNotSupported cudaErrorNotSupported
+#define gpuErrorInvalidValue cudaErrorInvalidValue
+#define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuGetDevice cudaGetDevice

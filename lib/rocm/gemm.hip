@@ -1,0 +1,1815 @@
+/*
+ * gemm.hip - the GPU GEMM kernels and their launcher smm_gpu_launch_mm
+ * (kernels.h): C = epilogue(A * B^T) or the raw int32 accumulators, for one
+ * smm_mm_problem with device pointers (A: M x K int8 row-major, lda; B:
+ * N x K int8 row-major, ldb; C: M x N, ldc; all in elements).
+ *
+ * The numbers are the numerics contract's (doc/numerics.md), bit for bit:
+ * the int32 sums wrap modulo 2^32 (integer tensor-core / matrix-core and
+ * dot-product instructions accumulate without saturation; every partial
+ * sum here is int32 or uint32, so the grouping of the sum does not change
+ * a bit), and the float epilogue is epilogue.h's, done once per element
+ * after the whole sum.
+ *
+ * Kernels (one source for AMD and NVIDIA, see gpu_compat.h):
+ *   generic_kernel   any GPU: 64 x 64 tile, bytes staged through shared
+ *                    memory with guarded loads, 4-byte dot products (dp4a on
+ *                    NVIDIA sm_61+, sdot4 on AMD GPUs that have it, plain
+ *                    multiply-adds elsewhere). Every shape and stride.
+ *   mma_kernel       NVIDIA sm_80+: mma.sync m16n8k32 s8 (inline PTX),
+ *                    BM x BN block tile, K step 64, 8 warps, cp.async
+ *                    multi-stage pipeline, ldmatrix from XOR-swizzled shared
+ *                    memory; rows that are not 16-byte aligned are loaded
+ *                    with guarded byte loads instead of cp.async.
+ *   tma_kernel       NVIDIA sm_90a (H100/H200) code objects, large M, rows
+ *                    16-byte aligned: persistent, warp-specialized; one
+ *                    producer thread fills 4 stages of 128 x 128-byte A and
+ *                    256 x 128-byte B tiles with tensor copies (TMA, 128-byte
+ *                    swizzle, zeros past the edges; the tensor maps are
+ *                    encoded on the host through the runtime's driver entry
+ *                    point), two consumer warpgroups run m64n256k32 wgmmas
+ *                    on a 128 x 256 tile; mbarrier hand-over; the epilogue
+ *                    goes through shared memory, 16 x 32 slices per warp,
+ *                    finished 4 elements per lane with 8 / 16-byte stores.
+ *                    Falls back to wgmma_kernel when a tensor map cannot be
+ *                    made.
+ *   wgmma_kernel     NVIDIA sm_90a (H100/H200) code objects, large M:
+ *                    128 x 256 tile, two warpgroups of
+ *                    wgmma.mma_async m64n256k32 s8 reading both operands
+ *                    from 64-byte-swizzled shared memory (the same layout
+ *                    as mma_kernel's), 5 cp.async stages. Built only when
+ *                    the sm_90a target is compiled; otherwise mma_kernel.
+ *   decode_kernel    NVIDIA sm_80+, M <= 32 (token generation): B is the
+ *                    16-row mma operand and the tokens the 8-column one, so
+ *                    every weight byte is read once, with 16-byte loads
+ *                    straight into the mma fragments; the warps of a block
+ *                    split K and add their int32 partial sums in shared
+ *                    memory before the epilogue.
+ *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
+ *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
+ *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
+ *                    maps of mfma_layout.h, or sdot4 / plain code on other
+ *                    AMD GPUs (chosen by the __gfx*__ macros when the code
+ *                    object is compiled).
+ *
+ * The column sums of B needed with an activation zero point are computed by
+ * the same kernels from the B tiles they already hold (int32, wrapping).
+ *
+ * Testing aid: SMM_GPU_GEMM_KERNEL=generic in the environment (read once
+ * per process) runs every problem on generic_kernel; =mma keeps large
+ * problems on mma_kernel instead of tma_kernel / wgmma_kernel; =wgmma
+ * keeps them on wgmma_kernel instead of tma_kernel.
+ * scripts/gpu-gemm-selftest.cu tests and times these kernels on NVIDIA.
+ */
+#include "kernels.h"
+#include "epilogue.h"
+#include "mfma_layout.h"
+
+#if defined(SMM_GPU_NVIDIA)
+#include <cudaTypedefs.h> /* CUtensorMap, PFN_cuTensorMapEncodeTiled (no -lcuda) */
+#endif
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Shared helpers                                                      */
+/* ------------------------------------------------------------------ */
+
+/* c + the four byte products of a and b (signed), modulo 2^32. */
+SMM_DEV int32_t smm_dot4(int32_t a, int32_t b, int32_t c)
+{
+#if defined(SMM_GPU_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+    return __dp4a(a, b, c);
+#elif defined(SMM_GPU_AMD) &&                                                          \
+    (defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) ||              \
+     defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) ||              \
+     defined(__gfx1011__) || defined(__gfx1012__) || defined(__gfx1030__) ||           \
+     defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1033__) ||           \
+     defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__))
+    return __builtin_amdgcn_sdot4(a, b, c, false); /* no clamp: wraps */
+#else
+    uint32_t s = (uint32_t)c;
+    int i;
+    for (i = 0; i < 4; i++)
+        s += (uint32_t)((int32_t)(int8_t)(a >> (8 * i)) * (int32_t)(int8_t)(b >> (8 * i)));
+    return (int32_t)s;
+#endif
+}
+
+/* The 4 bytes at p (k .. k+3 of a row whose valid length is `len` bytes
+ * from p's row start, i.e. bytes at k + i >= len read as 0). `al4`: the
+ * address is 4-byte aligned. */
+SMM_DEV int32_t smm_load4(const int8_t *p, int64_t k, int64_t len, bool al4)
+{
+    if (al4 && k + 4 <= len)
+        return *(const int32_t *)p;
+    {
+        uint32_t v = 0;
+        int i;
+        for (i = 0; i < 4; i++)
+            if (k + i < len)
+                v |= (uint32_t)(uint8_t)p[i] << (8 * i);
+        return (int32_t)v;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Generic kernel: every GPU, every shape and stride                   */
+/* ------------------------------------------------------------------ */
+
+#define SMM_GEN_BM 64
+#define SMM_GEN_BN 64
+#define SMM_GEN_BKW 8 /* K step in 4-byte words (32 bytes) */
+
+struct smm_mm_dims {
+    const int8_t *a;
+    const int8_t *b;
+    int64_t m, n, k, lda, ldb;
+};
+
+__global__ void __launch_bounds__(256)
+smm_generic_kernel(smm_mm_dims d, smm_epi_params e, int mtiles, int al4)
+{
+    __shared__ int32_t as[SMM_GEN_BKW][SMM_GEN_BM];
+    __shared__ int32_t bs[SMM_GEN_BKW][SMM_GEN_BN];
+    __shared__ int32_t cs[SMM_GEN_BN];
+    const int tid = SMM_TID_X, tx = tid % 16, ty = tid / 16;
+    const int64_t bm = (int64_t)(SMM_BID_X % mtiles) * SMM_GEN_BM;
+    const int64_t bn = (int64_t)(SMM_BID_X / mtiles) * SMM_GEN_BN;
+    int32_t acc[4][4];
+    int32_t colsum = 0; /* threads 0..63: column bn + tid */
+
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0;
+
+    for (int64_t k0 = 0; k0 < d.k; k0 += 4 * SMM_GEN_BKW) {
+        /* 64 rows x 8 words of A and of B; 2 words of each per thread.
+         * Rows past the matrix read as zeros. */
+#pragma unroll
+        for (int it = 0; it < SMM_GEN_BM * SMM_GEN_BKW / 256; it++) {
+            const int w = tid + 256 * it;
+            const int r = w % SMM_GEN_BM, kw = w / SMM_GEN_BM;
+            const int64_t kk = k0 + 4 * kw;
+            int32_t va = 0, vb = 0;
+            if (bm + r < d.m)
+                va = smm_load4(d.a + (bm + r) * d.lda + kk, kk, d.k, al4 != 0);
+            if (bn + r < d.n)
+                vb = smm_load4(d.b + (bn + r) * d.ldb + kk, kk, d.k, al4 != 0);
+            as[kw][r] = va;
+            bs[kw][r] = vb;
+        }
+        SMM_SYNCTHREADS();
+#pragma unroll
+        for (int w = 0; w < SMM_GEN_BKW; w++) {
+            int32_t av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                av[i] = as[w][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                bv[j] = bs[w][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = smm_dot4(av[i], bv[j], acc[i][j]);
+        }
+        if (e.azp != NULL && tid < SMM_GEN_BN)
+#pragma unroll
+            for (int w = 0; w < SMM_GEN_BKW; w++)
+                colsum = smm_dot4(bs[w][tid], 0x01010101, colsum);
+        SMM_SYNCTHREADS();
+    }
+    if (tid < SMM_GEN_BN)
+        cs[tid] = colsum;
+    SMM_SYNCTHREADS();
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t m = bm + ty + 16 * i;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t n = bn + tx + 16 * j;
+            if (m < d.m && n < d.n)
+                smm_epi_store(e, m, n, acc[i][j], cs[tx + 16 * j]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_80+: mma.sync m16n8k32 tiled kernel                        */
+/* ------------------------------------------------------------------ */
+
+#if defined(SMM_GPU_NVIDIA)
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define SMM_HAVE_MMA 1
+#endif
+
+SMM_DEV uint32_t smm_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+SMM_DEV void smm_cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+#endif
+}
+
+SMM_DEV void smm_cp_async_commit()
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N> SMM_DEV void smm_cp_async_wait()
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+SMM_DEV void smm_ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                             uint32_t &r3)
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+#endif
+}
+
+/* d += a(16x32, row) * b(32x8, col), int32 wrapping (no .satfinite). */
+SMM_DEV void smm_mma_16832(int32_t *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                           uint32_t b0, uint32_t b1)
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+/* 16 bytes of a row at byte k (row length len), zero past len; unaligned
+ * addresses are fine (byte loads). */
+SMM_DEV uint4 smm_load16_guarded(const int8_t *p, int64_t k, int64_t len)
+{
+    uint32_t w[4] = {0, 0, 0, 0};
+    int i;
+    for (i = 0; i < 16; i++)
+        if (k + i < len)
+            w[i / 4] |= (uint32_t)(uint8_t)p[i] << (8 * (i % 4));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* Byte offset of 16-byte chunk c (0..3) of row r in a 64-byte-row tile:
+ * the chunk index is XORed with (r / 2) % 4 so that the 8 rows an ldmatrix
+ * phase reads fall in 8 different bank groups. */
+SMM_DEV uint32_t smm_swz(int r, int c)
+{
+    return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
+
+/*
+ * Block tile BM x BN, warps WARPS_M x WARPS_N (8 in all), warp tile
+ * (BM / WARPS_M) x (BN / WARPS_N) made of 16 x 8 mma tiles, K step 64
+ * bytes, STAGES shared-memory stages. ASYNC: A and B rows are 16-byte
+ * aligned (cp.async); else guarded byte loads. Tiles are numbered along
+ * blockIdx.x in groups of 8 block rows (for L2 reuse of B).
+ */
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, bool ASYNC>
+__global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
+smm_mma_kernel(smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
+{
+#if defined(SMM_HAVE_MMA)
+    constexpr int THREADS = WARPS_M * WARPS_N * 32;
+    constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;
+    constexpr int MT = WTM / 16, NT = WTN / 8;
+    constexpr int STAGE_BYTES = (BM + BN) * 64;
+    constexpr int GROUP_M = 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    int32_t *cs = (int32_t *)(smem + STAGES * STAGE_BYTES); /* BN column sums */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
+
+    /* Grouped raster order over the (mtiles x ntiles) tiles. */
+    const int t = blockIdx.x;
+    const int in_group = GROUP_M * ntiles;
+    const int first_m = (t / in_group) * GROUP_M;
+    const int group_rows = min(mtiles - first_m, GROUP_M);
+    const int64_t bm = (int64_t)(first_m + (t % in_group) % group_rows) * BM;
+    const int64_t bn = (int64_t)((t % in_group) / group_rows) * BN;
+
+    const int ktiles = (int)((d.k + 63) / 64);
+    const uint32_t smem_base = smm_smem_addr(smem);
+    const bool azp = e.azp != NULL;
+
+    int32_t acc[MT][NT][4];
+    int32_t colsum = 0; /* thread tid < BN: column bn + tid */
+
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[i][j][r] = 0;
+
+    /* Queue the loads of k-tile kt into stage s. */
+    auto load_tile = [&](int s, int kt) {
+        const uint32_t sa = smem_base + s * STAGE_BYTES;
+        const uint32_t sb = sa + BM * 64;
+        unsigned char *pa = smem + s * STAGE_BYTES;
+        unsigned char *pb = pa + BM * 64;
+        const int64_t k0 = (int64_t)kt * 64;
+#pragma unroll
+        for (int it = 0; it < BM * 4 / THREADS; it++) {
+            const int q = tid + it * THREADS;
+            const int r = q >> 2, c = q & 3;
+            const int64_t row = bm + r, kk = k0 + c * 16;
+            const bool ok = row < d.m && kk < d.k;
+            const int8_t *src = ok ? d.a + row * d.lda + kk : d.a;
+            if (ASYNC) {
+                const int bytes = ok ? (int)min((int64_t)16, d.k - kk) : 0;
+                smm_cp_async16(sa + smm_swz(r, c), src, bytes);
+            } else {
+                *(uint4 *)(pa + smm_swz(r, c)) =
+                    ok ? smm_load16_guarded(src, kk, d.k) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < BN * 4 / THREADS; it++) {
+            const int q = tid + it * THREADS;
+            const int r = q >> 2, c = q & 3;
+            const int64_t row = bn + r, kk = k0 + c * 16;
+            const bool ok = row < d.n && kk < d.k;
+            const int8_t *src = ok ? d.b + row * d.ldb + kk : d.b;
+            if (ASYNC) {
+                const int bytes = ok ? (int)min((int64_t)16, d.k - kk) : 0;
+                smm_cp_async16(sb + smm_swz(r, c), src, bytes);
+            } else {
+                *(uint4 *)(pb + smm_swz(r, c)) =
+                    ok ? smm_load16_guarded(src, kk, d.k) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ktiles)
+            load_tile(s, s);
+        smm_cp_async_commit();
+    }
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        smm_cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int next = kt + STAGES - 1;
+            if (next < ktiles)
+                load_tile(next % STAGES, next);
+            smm_cp_async_commit();
+        }
+        const int s = kt % STAGES;
+        const uint32_t sa = smem_base + s * STAGE_BYTES;
+        const uint32_t sb = sa + BM * 64;
+
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t af[MT][4], bf[NT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int r = warp_m * WTM + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = kk * 2 + (lane >> 4);
+                smm_ldmatrix_x4(sa + smm_swz(r, c), af[i][0], af[i][1], af[i][2], af[i][3]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                const int r = warp_n * WTN + j * 8 + (lane & 7) + (lane >> 4) * 8;
+                const int c = kk * 2 + ((lane >> 3) & 1);
+                smm_ldmatrix_x4(sb + smm_swz(r, c), bf[j][0], bf[j][1], bf[j + 1][0],
+                                bf[j + 1][1]);
+            }
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    smm_mma_16832(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0],
+                                  bf[j][1]);
+        }
+        if (azp && tid < BN) {
+            /* Row tid of the B tile: its 4 chunks, in any order. */
+            const unsigned char *pb = smem + s * STAGE_BYTES + BM * 64 + tid * 64;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const uint4 v = *(const uint4 *)(pb + c * 16);
+                colsum = __dp4a((int)v.x, 0x01010101, colsum);
+                colsum = __dp4a((int)v.y, 0x01010101, colsum);
+                colsum = __dp4a((int)v.z, 0x01010101, colsum);
+                colsum = __dp4a((int)v.w, 0x01010101, colsum);
+            }
+        }
+    }
+    smm_cp_async_wait<0>();
+    if (azp) {
+        if (tid < BN)
+            cs[tid] = colsum;
+        __syncthreads();
+    }
+
+    /* Epilogue: accumulator (i, j) of lane (g, q) holds rows g and g + 8,
+     * columns 2q and 2q + 1 of its 16 x 8 tile. */
+    {
+        const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t m = bm + warp_m * WTM + i * 16 + g + h * 8;
+                if (m >= d.m)
+                    continue;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const int cl = warp_n * WTN + j * 8 + 2 * q;
+                    const int64_t n = bn + cl;
+                    const int32_t c0 = azp ? cs[cl] : 0, c1 = azp ? cs[cl + 1] : 0;
+                    if (n + 1 < d.n)
+                        smm_epi_store2(e, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1], c0, c1);
+                    else if (n < d.n)
+                        smm_epi_store(e, m, n, acc[i][j][2 * h], c0);
+                }
+            }
+        }
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_80+: decode kernel (M <= 32)                               */
+/* ------------------------------------------------------------------ */
+
+SMM_DEV uint4 smm_ld_stream16(const int8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+SMM_DEV uint4 smm_ld_cached16(const int8_t *p)
+{
+    return __ldg((const uint4 *)p);
+}
+
+#define SMM_DEC_WARPS 8
+
+/* Loads in flight per thread and K step: enough 16-byte loads to cover the
+ * memory latency, within about 96 registers of loaded data. */
+template <int TG, int G> struct smm_dec_unroll {
+    static const int v = 8 * G + 4 * TG <= 24 ? 4 : 2;
+};
+
+SMM_DEV unsigned smm_cluster_rank()
+{
+    unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return r;
+}
+
+SMM_DEV void smm_cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+
+SMM_DEV void smm_cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+/* The address of the same shared variable in block `rank` of the cluster. */
+SMM_DEV int32_t *smm_cluster_map(int32_t *p, unsigned rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint64_t out;
+    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(out) : "l"((uint64_t)p), "r"(rank));
+    return (int32_t *)out;
+#else
+    (void)rank;
+    return p;
+#endif
+}
+
+/*
+ * One block (or one cluster of S blocks, sm_90+): 16 * G consecutive rows
+ * of B (output columns n0 .. n0 + 16 G - 1) for all M <= 8 * TG tokens.
+ * Lane (g, q) of a warp reads 16 bytes of B rows n0 + 16 j + g and
+ * n0 + 16 j + g + 8 (j < G) and 16 bytes of token rows 8 * t + g, each at
+ * byte 64 * chunk + 16 * q; two m16n8k32 mmas per (j, t) consume them (the
+ * 64 k of a chunk are fed to the instruction in a permuted order, the same
+ * for both operands, which leaves the integer sum unchanged). Each token
+ * fragment is loaded once and used for the G row groups, so the token rows
+ * are read 16 G times less often than the weights. Warp w of cluster block
+ * r takes chunks r * 8 + w, r * 8 + w + 8 S, ...; a K tail shorter than a
+ * chunk is read with guarded byte loads. The warps (and the blocks of a
+ * cluster) add their int32 partial sums with integer atomics in shared
+ * memory (in block 0's through distributed shared memory), which is exact
+ * in any order modulo 2^32, and block 0 finishes the elements. Rows past N
+ * or M are clamped to the last row (read, never stored). Needs 16-byte
+ * aligned rows of A and B.
+ */
+template <int TG, int G, int S>
+__global__ void __launch_bounds__(SMM_DEC_WARPS * 32)
+smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
+{
+#if defined(SMM_HAVE_MMA)
+    const int U = smm_dec_unroll<TG, G>::v;
+    const int NR = G * TG * 4 * 32; /* accumulator words of the block tile */
+    __shared__ int32_t red[NR + G * 16];
+    int32_t *const csred = red + NR; /* column sums: [G][16] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
+    const int64_t n0 = (int64_t)(blockIdx.x / S) * 16 * G;
+    const bool azp = e.azp != NULL;
+
+    for (int i = tid; i < NR + G * 16; i += SMM_DEC_WARPS * 32)
+        red[i] = 0;
+    if (S > 1)
+        smm_cluster_arrive(); /* waited for before the adds into block 0 */
+    else
+        __syncthreads();
+
+    const int8_t *w[G][2];
+#pragma unroll
+    for (int j = 0; j < G; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            w[j][h] = d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
+    const int8_t *x[TG];
+#pragma unroll
+    for (int t = 0; t < TG; t++)
+        x[t] = d.a + min((int64_t)(8 * t + g), d.m - 1) * d.lda + q * 16;
+
+    int32_t acc[G][TG][4];
+    int32_t cs[G][2];
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        cs[j][0] = cs[j][1] = 0;
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[j][t][r] = 0;
+    }
+
+    auto consume = [&](const uint4 (&u)[G][2], const uint4 (&xs)[TG]) {
+#pragma unroll
+        for (int j = 0; j < G; j++)
+#pragma unroll
+            for (int t = 0; t < TG; t++) {
+                smm_mma_16832(acc[j][t], u[j][0].x, u[j][1].x, u[j][0].y, u[j][1].y, xs[t].x,
+                              xs[t].y);
+                smm_mma_16832(acc[j][t], u[j][0].z, u[j][1].z, u[j][0].w, u[j][1].w, xs[t].z,
+                              xs[t].w);
+            }
+        if (azp) {
+#pragma unroll
+            for (int j = 0; j < G; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    cs[j][h] = __dp4a((int)u[j][h].x, 0x01010101, cs[j][h]);
+                    cs[j][h] = __dp4a((int)u[j][h].y, 0x01010101, cs[j][h]);
+                    cs[j][h] = __dp4a((int)u[j][h].z, 0x01010101, cs[j][h]);
+                    cs[j][h] = __dp4a((int)u[j][h].w, 0x01010101, cs[j][h]);
+                }
+        }
+    };
+
+    const int64_t full = d.k / 64; /* whole 64-byte chunks */
+    const int CS = S * SMM_DEC_WARPS;  /* chunk stride of one warp */
+    int64_t c = (int64_t)rank * SMM_DEC_WARPS + warp;
+    for (; c + (U - 1) * CS < full; c += U * CS) {
+        uint4 u[U][G][2], xs[U][TG];
+#pragma unroll
+        for (int s = 0; s < U; s++) {
+            const int64_t off = (c + s * CS) * 64;
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                u[s][j][0] = smm_ld_stream16(w[j][0] + off);
+                u[s][j][1] = smm_ld_stream16(w[j][1] + off);
+            }
+#pragma unroll
+            for (int t = 0; t < TG; t++)
+                xs[s][t] = smm_ld_cached16(x[t] + off);
+        }
+#pragma unroll
+        for (int s = 0; s < U; s++)
+            consume(u[s], xs[s]);
+    }
+    for (; c < full; c += CS) {
+        uint4 u[G][2], xs[TG];
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            u[j][0] = smm_ld_stream16(w[j][0] + c * 64);
+            u[j][1] = smm_ld_stream16(w[j][1] + c * 64);
+        }
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+            xs[t] = smm_ld_cached16(x[t] + c * 64);
+        consume(u, xs);
+    }
+    if (full * 64 < d.k && (int64_t)rank * SMM_DEC_WARPS + warp == full % CS) {
+        /* The K tail: bytes past K read as zero. */
+        const int64_t kk = full * 64 + q * 16;
+        uint4 u[G][2], xs[TG];
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            u[j][0] = smm_load16_guarded(w[j][0] + full * 64, kk, d.k);
+            u[j][1] = smm_load16_guarded(w[j][1] + full * 64, kk, d.k);
+        }
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+            xs[t] = smm_load16_guarded(x[t] + full * 64, kk, d.k);
+        consume(u, xs);
+    }
+
+    /* Block sums (layout [G][TG * 4][32]: register, lane). */
+#pragma unroll
+    for (int j = 0; j < G; j++)
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                atomicAdd(&red[((j * TG + t) * 4 + r) * 32 + lane], acc[j][t][r]);
+    if (azp) {
+#pragma unroll
+        for (int j = 0; j < G; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int32_t v = cs[j][h];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if (q == 0)
+                    atomicAdd(&csred[j * 16 + h * 8 + g], v);
+            }
+    }
+    __syncthreads();
+    if (S > 1) {
+        smm_cluster_wait(); /* block 0's sums are zeroed */
+        if (rank != 0) {
+            int32_t *dst = smm_cluster_map(red, 0);
+            for (int i = tid; i < NR + (azp ? G * 16 : 0); i += SMM_DEC_WARPS * 32)
+                atomicAdd(dst + i, red[i]);
+        }
+        smm_cluster_arrive();
+        smm_cluster_wait();
+        if (rank != 0)
+            return;
+    }
+
+    /* Output o: token o / (16 G), column n0 + o % (16 G) (consecutive
+     * threads write consecutive columns). Element (row r, token mm) of the
+     * 16 x 8 tile (j, t) is register (r / 8) * 2 + mm % 2 of lane
+     * (r % 8) * 4 + mm / 2. */
+    for (int o = tid; o < 16 * G * 8 * TG; o += SMM_DEC_WARPS * 32) {
+        const int rr = o % (16 * G), m = o / (16 * G);
+        const int64_t n = n0 + rr;
+        if (m >= d.m || n >= d.n)
+            continue;
+        const int j = rr / 16, r = rr % 16, t = m / 8, mm = m % 8;
+        const int reg = t * 4 + (r / 8) * 2 + (mm % 2), ln = (r % 8) * 4 + mm / 2;
+        const int32_t s = red[(j * TG * 4 + reg) * 32 + ln];
+        smm_epi_store(e, m, n, s, azp ? csred[j * 16 + r] : 0);
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_90a: wgmma kernel (large M)                                */
+/* ------------------------------------------------------------------ */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SMM_HAVE_WGMMA 1
+#endif
+
+/*
+ * Shared-memory matrix descriptor of a K-major int8 tile with 64-byte rows
+ * in the 64-byte swizzle layout (the one smm_swz writes: 16-byte chunk
+ * index XOR address bits 7..8, tile based on a 512-byte boundary): start
+ * address, leading byte offset 1 (unused: a K step of 32 bytes stays
+ * inside one swizzled row), stride byte offset 512 (8 rows), layout 2.
+ */
+SMM_DEV uint64_t smm_wgmma_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(512 >> 4) << 32) | ((uint64_t)2 << 62);
+}
+
+/* d(64 x 256) += A(64 x 32, smem) * B(256 x 32, smem)^T, int32 wrapping. */
+SMM_DEV void smm_wgmma_64x256x32(int32_t *d, uint64_t da, uint64_t db)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p;\n"
+                 "}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+                   "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+                   "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+                   "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+                   "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+                   "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
+                   "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
+                   "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]),
+                   "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]),
+                   "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]),
+                   "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]),
+                   "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]),
+                   "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
+                   "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+                 : "l"(da), "l"(db));
+#endif
+}
+
+/*
+ * Block tile 128 x 256, two warpgroups (64 rows each, all 256 columns),
+ * K step 64 bytes in STAGES shared-memory stages filled by cp.async (or by
+ * guarded byte loads when rows are not 16-byte aligned) two k-tiles ahead;
+ * each stage is two m64n256k32 wgmmas per warpgroup, with one k-tile of
+ * wgmmas left in flight. The accumulator layout of a warpgroup is that of
+ * mma.sync's 16 x 8 tiles: warp w holds rows 16w .. 16w + 15.
+ * Built only for sm_90a; elsewhere the body is a stub the launcher never
+ * runs (it carries a static shared array, which is how the launcher tells
+ * the two apart through cudaFuncGetAttributes).
+ */
+template <int STAGES, bool ASYNC>
+__global__ void __launch_bounds__(256)
+smm_wgmma_kernel(smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
+{
+#if defined(SMM_HAVE_WGMMA)
+    constexpr int BM = 128, BN = 256, THREADS = 256;
+    constexpr int STAGE_BYTES = (BM + BN) * 64;
+    constexpr int GROUP_M = 8;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* Stages on a 1024-byte boundary (the swizzle is of absolute address
+     * bits); the launcher asks for 1024 bytes more. */
+    const uint32_t raw_addr = smm_smem_addr(smem_raw);
+    unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+    int32_t *cs = (int32_t *)(smem + STAGES * STAGE_BYTES);
+    const uint32_t smem_base = smm_smem_addr(smem);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wwarp = warp & 3;
+
+    const int t = blockIdx.x;
+    const int in_group = GROUP_M * ntiles;
+    const int first_m = (t / in_group) * GROUP_M;
+    const int group_rows = min(mtiles - first_m, GROUP_M);
+    const int64_t bm = (int64_t)(first_m + (t % in_group) % group_rows) * BM;
+    const int64_t bn = (int64_t)((t % in_group) / group_rows) * BN;
+
+    const int ktiles = (int)((d.k + 63) / 64);
+    const bool azp = e.azp != NULL;
+    int32_t acc[128];
+    int32_t colsum = 0; /* column bn + tid */
+
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        acc[i] = 0;
+
+    auto load_tile = [&](int s, int kt) {
+        const uint32_t sa = smem_base + s * STAGE_BYTES;
+        const uint32_t sb = sa + BM * 64;
+        unsigned char *pa = smem + s * STAGE_BYTES;
+        unsigned char *pb = pa + BM * 64;
+        const int64_t k0 = (int64_t)kt * 64;
+#pragma unroll
+        for (int it = 0; it < BM * 4 / THREADS; it++) {
+            const int q = tid + it * THREADS;
+            const int r = q >> 2, c = q & 3;
+            const int64_t row = bm + r, kk = k0 + c * 16;
+            const bool ok = row < d.m && kk < d.k;
+            const int8_t *src = ok ? d.a + row * d.lda + kk : d.a;
+            if (ASYNC)
+                smm_cp_async16(sa + smm_swz(r, c), src, ok ? (int)min((int64_t)16, d.k - kk) : 0);
+            else
+                *(uint4 *)(pa + smm_swz(r, c)) =
+                    ok ? smm_load16_guarded(src, kk, d.k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int it = 0; it < BN * 4 / THREADS; it++) {
+            const int q = tid + it * THREADS;
+            const int r = q >> 2, c = q & 3;
+            const int64_t row = bn + r, kk = k0 + c * 16;
+            const bool ok = row < d.n && kk < d.k;
+            const int8_t *src = ok ? d.b + row * d.ldb + kk : d.b;
+            if (ASYNC)
+                smm_cp_async16(sb + smm_swz(r, c), src, ok ? (int)min((int64_t)16, d.k - kk) : 0);
+            else
+                *(uint4 *)(pb + smm_swz(r, c)) =
+                    ok ? smm_load16_guarded(src, kk, d.k) : make_uint4(0, 0, 0, 0);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; s++) {
+        if (s < ktiles)
+            load_tile(s, s);
+        smm_cp_async_commit();
+    }
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        smm_cp_async_wait<STAGES - 3>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        {
+            /* Stage of k-tile kt - 2: every warpgroup has waited for its
+             * wgmmas (wait_group 1 after committing kt - 1). */
+            const int next = kt + STAGES - 2;
+            if (next < ktiles)
+                load_tile(next % STAGES, next);
+            smm_cp_async_commit();
+        }
+        const int s = kt % STAGES;
+        const uint32_t sa = smem_base + s * STAGE_BYTES + wg * 64 * 64;
+        const uint32_t sb = smem_base + s * STAGE_BYTES + BM * 64;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        smm_wgmma_64x256x32(acc, smm_wgmma_desc(sa), smm_wgmma_desc(sb));
+        smm_wgmma_64x256x32(acc, smm_wgmma_desc(sa + 32), smm_wgmma_desc(sb + 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (azp) {
+            const unsigned char *pb = smem + s * STAGE_BYTES + BM * 64 + tid * 64;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const uint4 v = *(const uint4 *)(pb + c * 16);
+                colsum = __dp4a((int)v.x, 0x01010101, colsum);
+                colsum = __dp4a((int)v.y, 0x01010101, colsum);
+                colsum = __dp4a((int)v.z, 0x01010101, colsum);
+                colsum = __dp4a((int)v.w, 0x01010101, colsum);
+            }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    smm_cp_async_wait<0>();
+    if (azp) {
+        cs[tid] = colsum;
+        __syncthreads();
+    }
+
+    {
+        const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t m = bm + wg * 64 + wwarp * 16 + g + h * 8;
+            if (m >= d.m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int cl = j * 8 + 2 * q;
+                const int64_t n = bn + cl;
+                const int32_t c0 = azp ? cs[cl] : 0, c1 = azp ? cs[cl + 1] : 0;
+                if (n + 1 < d.n)
+                    smm_epi_store2(e, m, n, acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1], c0, c1);
+                else if (n < d.n)
+                    smm_epi_store(e, m, n, acc[j * 4 + 2 * h], c0);
+            }
+        }
+    }
+#else
+    __shared__ int smm_no_wgmma[4];
+    if (d.m < 0)
+        ((volatile int *)smm_no_wgmma)[threadIdx.x & 3] = mtiles + ntiles + (int)e.ldc;
+#endif
+}
+
+
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_90a: warp-specialized TMA + wgmma kernel (large M)         */
+/* ------------------------------------------------------------------ */
+
+SMM_DEV void smm_mbar_init(uint32_t bar, uint32_t count)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+/* Arrive once and add `bytes` to the transaction count of the phase. */
+SMM_DEV void smm_mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+
+SMM_DEV void smm_mbar_arrive(uint32_t bar)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+/* Waits until the phase of parity `parity` of the barrier has completed. */
+SMM_DEV void smm_mbar_wait(uint32_t bar, uint32_t parity)
+{
+#if defined(SMM_HAVE_WGMMA)
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+
+/* Tensor copy of the box at (c0 = byte along K, c1 = row) into shared
+ * memory at dst, completing on barrier bar. */
+SMM_DEV void smm_tma_load_2d(uint32_t dst, const void *tmap, int c0, int c1, uint32_t bar)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+                 "l"((uint64_t)tmap), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+#endif
+}
+
+/*
+ * Shared-memory matrix descriptor of a K-major int8 tile with 128-byte
+ * rows in the 128-byte swizzle layout the tensor copy writes (16-byte
+ * chunk index XOR row % 8, tile on a 1024-byte boundary): stride byte
+ * offset 1024 (8 rows), layout 1. A K step of 32 bytes inside the row is
+ * a start address 32 bytes further.
+ */
+SMM_DEV uint64_t smm_wgmma_desc128(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+#define SMM_TMA_STAGES 4
+#define SMM_TMA_STG_LD 36 /* int32 per row of a warp's 16 x 32 epilogue slice */
+#define SMM_TMA_SMEM                                                                       \
+    (SMM_TMA_STAGES * (128 + 256) * 128 + 2 * SMM_TMA_STAGES * 8 + 3 * 256 * 4 + 2 * 128 * 4 + \
+     8 * 16 * SMM_TMA_STG_LD * 4 + 1024)
+
+/* Finishes elements (m, n .. n + 3) of C (those below nmax) from their
+ * int32 sums v, with the tile's column data (colsum, scale_b, bias at
+ * column n) and row data (scale_a, zero point of row m); the epilogue.h
+ * arithmetic, in the same order. One 8- or 16-byte store when all four
+ * are inside C and the address is aligned for it. */
+SMM_DEV void smm_tma_epi4(const smm_epi_params &e, bool scaled, bool azp, int64_t m, int64_t n,
+                          int64_t nmax, int4 v, const int32_t *cs, const float *sb,
+                          const float *bias, float sa, int32_t z)
+{
+    const int64_t off = m * e.ldc + n;
+    const bool all4 = n + 3 < nmax;
+    uint32_t w[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+
+    if (scaled) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            uint32_t a = w[c];
+            float y;
+            if (azp)
+                a -= (uint32_t)z * (uint32_t)cs[c];
+            {
+                const float t = smm_epi_mul(smm_epi_i2f((int32_t)a), sb[c]);
+                if (e.bias != NULL)
+                    y = smm_epi_fma(sa, t, bias[c]);
+                else if (azp)
+                    y = smm_epi_fma(sa, t, 0.0f);
+                else
+                    y = smm_epi_mul(sa, t);
+            }
+            if (e.c_dtype == SMM_DTYPE_F32)
+                w[c] = smm_epi_f32_canonical(y);
+            else if (e.c_dtype == SMM_DTYPE_F16)
+                w[c] = smm_epi_f32_to_f16(y);
+            else
+                w[c] = smm_epi_f32_to_bf16(y);
+        }
+    }
+    if (e.c_dtype == SMM_DTYPE_F16 || e.c_dtype == SMM_DTYPE_BF16) {
+        uint16_t *p = (uint16_t *)e.c + off;
+        if (all4 && ((uintptr_t)p & 7u) == 0) {
+            *(uint2 *)p = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (n + c < nmax)
+                    p[c] = (uint16_t)w[c];
+        }
+    } else {
+        uint32_t *p = (uint32_t *)e.c + off;
+        if (all4 && ((uintptr_t)p & 15u) == 0) {
+            *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (n + c < nmax)
+                    p[c] = w[c];
+        }
+    }
+}
+
+/*
+ * Persistent kernel, block tile 128 x 256, K step 128 bytes, 384 threads:
+ * warpgroup 0 is the producer (one thread issues the tensor copies of A and
+ * B tiles into SMM_TMA_STAGES shared-memory stages, 128-byte swizzle, rows
+ * and columns past the matrix filled with zeros by the copy engine),
+ * warpgroups 1 and 2 the consumers (64 rows x 256 columns each, four
+ * m64n256k32 wgmmas per stage, one stage of wgmmas left in flight). Stage
+ * s is handed over with two barriers: full[s] (the copies landed) and
+ * empty[s] (all 256 consumer threads are done reading it). Tiles
+ * blockIdx.x, blockIdx.x + gridDim.x, ... in groups of 8 block rows; the
+ * producer runs ahead into the next tile while the consumers finish the
+ * last one. Needs 16-byte aligned rows of A and B (the tensor maps).
+ */
+__global__ void __launch_bounds__(384, 1)
+smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ CUtensorMap tmb,
+               smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
+{
+#if defined(SMM_HAVE_WGMMA)
+    constexpr int BM = 128, BN = 256, BK = 128, STAGES = SMM_TMA_STAGES;
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
+    constexpr int GROUP_M = 8;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw_addr = smm_smem_addr(smem_raw);
+    unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+    const uint32_t smem_base = smm_smem_addr(smem);
+    const uint32_t bar_full = smem_base + STAGES * STAGE_BYTES;
+    const uint32_t bar_empty = bar_full + STAGES * 8;
+    int32_t *cs = (int32_t *)(smem + STAGES * STAGE_BYTES + 2 * STAGES * 8); /* BN */
+    float *csb = (float *)(cs + BN);                                          /* BN */
+    float *cbias = csb + BN;                                                  /* BN */
+    float *csa = cbias + BN;                                                  /* BM */
+    int32_t *cz = (int32_t *)(csa + BM);                                      /* BM */
+    int32_t *stg = cz + BM; /* 8 warps x 16 x SMM_TMA_STG_LD */
+
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int ktiles = (int)((d.k + BK - 1) / BK);
+    const int tiles = mtiles * ntiles;
+    const int in_group = GROUP_M * ntiles;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            smm_mbar_init(bar_full + 8 * s, 1);
+            smm_mbar_init(bar_empty + 8 * s, 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            uint32_t it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int first_m = (t / in_group) * GROUP_M;
+                const int group_rows = min(mtiles - first_m, GROUP_M);
+                const int bm = (first_m + (t % in_group) % group_rows) * BM;
+                const int bn = ((t % in_group) / group_rows) * BN;
+                for (int kt = 0; kt < ktiles; kt++, it++) {
+                    const uint32_t s = it % STAGES;
+                    const uint32_t sa = smem_base + s * STAGE_BYTES;
+                    smm_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    smm_mbar_expect_tx(bar_full + 8 * s, STAGE_BYTES);
+                    smm_tma_load_2d(sa, &tma, kt * BK, bm, bar_full + 8 * s);
+                    smm_tma_load_2d(sa + A_BYTES, &tmb, kt * BK, bn, bar_full + 8 * s);
+                }
+            }
+        }
+    } else {
+        /* Consumers. */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int ctid = tid - 128, cwg = wg - 1;
+        const int lane = tid & 31, wwarp = (tid >> 5) & 3;
+        const int g = lane >> 2, q = lane & 3;
+        const bool azp = e.azp != NULL;
+        const bool scaled = e.c_dtype != SMM_DTYPE_I32;
+        uint32_t it = 0;
+        int32_t acc[128];
+
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int first_m = (t / in_group) * GROUP_M;
+            const int group_rows = min(mtiles - first_m, GROUP_M);
+            const int64_t bm = (int64_t)(first_m + (t % in_group) % group_rows) * BM;
+            const int64_t bn = (int64_t)((t % in_group) / group_rows) * BN;
+            int32_t colsum = 0; /* column bn + ctid */
+
+#pragma unroll
+            for (int i = 0; i < 128; i++)
+                acc[i] = 0;
+
+            for (int kt = 0; kt < ktiles; kt++, it++) {
+                const uint32_t s = it % STAGES;
+                const uint32_t sa = smem_base + s * STAGE_BYTES + cwg * 64 * BK;
+                const uint32_t sb = smem_base + s * STAGE_BYTES + A_BYTES;
+                smm_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < BK / 32; kk++)
+                    smm_wgmma_64x256x32(acc, smm_wgmma_desc128(sa + 32 * kk),
+                                        smm_wgmma_desc128(sb + 32 * kk));
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                if (azp) {
+                    /* Row ctid of the B tile (its 16-byte chunks permuted,
+                     * which leaves the sum alone), chunks in a rotated
+                     * order to spread the banks. */
+                    const unsigned char *pb = smem + s * STAGE_BYTES + A_BYTES + ctid * BK;
+#pragma unroll
+                    for (int c = 0; c < BK / 16; c++) {
+                        const uint4 v = *(const uint4 *)(pb + (((c + ctid) & 7) << 4));
+                        colsum = __dp4a((int)v.x, 0x01010101, colsum);
+                        colsum = __dp4a((int)v.y, 0x01010101, colsum);
+                        colsum = __dp4a((int)v.z, 0x01010101, colsum);
+                        colsum = __dp4a((int)v.w, 0x01010101, colsum);
+                    }
+                }
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                if (kt > 0)
+                    smm_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (ktiles > 0)
+                smm_mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES));
+            /* Per-tile column and row data into shared memory (after every
+             * consumer is done with the last tile's). */
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            if (scaled) {
+                const int64_t n = bn + ctid < d.n ? bn + ctid : d.n - 1;
+                cs[ctid] = colsum;
+                csb[ctid] = __ldg(e.scale_b_per_col ? e.scale_b + n : e.scale_b);
+                cbias[ctid] = e.bias != NULL ? __ldg(e.bias + n) : 0.0f;
+                if (ctid < BM) {
+                    const int64_t m = bm + ctid < d.m ? bm + ctid : d.m - 1;
+                    csa[ctid] = __ldg(e.scale_a_per_row ? e.scale_a + m : e.scale_a);
+                    cz[ctid] = azp ? __ldg(e.azp_per_row ? e.azp + m : e.azp) : 0;
+                }
+            }
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+
+            /* Epilogue, 32 columns at a time: warp wwarp of the warpgroup
+             * holds rows 16 wwarp .. 16 wwarp + 15 of its 64, register
+             * j * 4 + 2 h + c being row g + 8 h, column 8 j + 2 q + c. The
+             * warp parks a 16 x 32 slice in shared memory, then each lane
+             * finishes 4 consecutive elements of a row per step (8 lanes a
+             * row) and stores them with one 8- or 16-byte store. */
+            {
+                int32_t *st = stg + (ctid >> 5) * (16 * SMM_TMA_STG_LD);
+                const int rbase = cwg * 64 + wwarp * 16;
+#pragma unroll
+                for (int jc = 0; jc < 8; jc++) {
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            *(int2 *)(st + (g + 8 * h) * SMM_TMA_STG_LD + jj * 8 + 2 * q) =
+                                make_int2(acc[(jc * 4 + jj) * 4 + 2 * h],
+                                          acc[(jc * 4 + jj) * 4 + 2 * h + 1]);
+                    __syncwarp();
+#pragma unroll 1
+                    for (int step = 0; step < 4; step++) {
+                        const int idx = step * 32 + lane;
+                        const int r = idx >> 3, cl = jc * 32 + (idx & 7) * 4;
+                        const int64_t m = bm + rbase + r, n = bn + cl;
+                        if (m < d.m && n < d.n) {
+                            const int4 v = *(const int4 *)(st + r * SMM_TMA_STG_LD + (idx & 7) * 4);
+                            smm_tma_epi4(e, scaled, azp, m, n, d.n, v, cs + cl, csb + cl,
+                                         cbias + cl, csa[rbase + r], cz[rbase + r]);
+                        }
+                    }
+                    __syncwarp();
+                }
+            }
+        }
+    }
+#else
+    __shared__ int smm_no_tma[4];
+    if (d.m < 0)
+        ((volatile int *)smm_no_tma)[threadIdx.x & 3] = mtiles + ntiles + (int)e.ldc;
+#endif
+}
+
+#endif /* SMM_GPU_NVIDIA */
+
+/* ------------------------------------------------------------------ */
+/* AMD: MFMA (gfx942, gfx90a) or sdot4 tiled kernel                     */
+/* ------------------------------------------------------------------ */
+
+#if defined(SMM_GPU_AMD)
+
+#define SMM_AMD_BM 128
+#define SMM_AMD_BN 128
+#define SMM_AMD_BK 64         /* bytes of K per step */
+#define SMM_AMD_LDS 72        /* bytes per tile row in LDS (padded) */
+#define SMM_AMD_THREADS 256   /* 4 waves of 64 */
+
+#if defined(__HIP_DEVICE_COMPILE__) &&                                                 \
+    (defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__))
+#define SMM_AMD_MFMA_K 16     /* v_mfma_i32_32x32x16_i8 */
+#elif defined(__HIP_DEVICE_COMPILE__) && (defined(__gfx908__) || defined(__gfx90a__))
+#define SMM_AMD_MFMA_K 8      /* v_mfma_i32_32x32x8i8 */
+#endif
+
+/*
+ * Block tile 128 x 128, K step 64, A and B tiles staged in LDS with
+ * guarded loads (16-byte loads when `al16`). With MFMA, wave w (2 x 2
+ * waves) owns a 64 x 64 quarter: 2 x 2 accumulators of 32 x 32, fragments
+ * read with mfma_layout.h's maps. Without MFMA each thread computes 8 x 8
+ * elements with 4-byte dot products.
+ */
+__global__ void __launch_bounds__(SMM_AMD_THREADS)
+smm_amd_kernel(smm_mm_dims d, smm_epi_params e, int mtiles, int al16)
+{
+    __shared__ __attribute__((aligned(16))) int8_t as[SMM_AMD_BM * SMM_AMD_LDS];
+    __shared__ __attribute__((aligned(16))) int8_t bs[SMM_AMD_BN * SMM_AMD_LDS];
+    __shared__ int32_t cs[SMM_AMD_BN];
+    const int tid = SMM_TID_X;
+    const int64_t bm = (int64_t)(SMM_BID_X % mtiles) * SMM_AMD_BM;
+    const int64_t bn = (int64_t)(SMM_BID_X / mtiles) * SMM_AMD_BN;
+    const bool azp = e.azp != NULL;
+    int32_t colsum = 0; /* threads < 128: column bn + tid */
+    int64_t k0;
+
+#if defined(SMM_AMD_MFMA_K)
+    const int lane = tid % 64, wave = tid / 64;
+    const int wm = (wave / 2) * 64, wn = (wave % 2) * 64;
+    smm_i32x16 acc[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int r = 0; r < 16; r++)
+                acc[i][j][r] = 0;
+#else
+    const int tx = tid % 16, ty = tid / 16;
+    int32_t acc[8][8];
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = 0;
+#endif
+
+    for (k0 = 0; k0 < d.k; k0 += SMM_AMD_BK) {
+        /* 128 rows x 4 chunks of 16 bytes, for A and for B. */
+        for (int qd = tid; qd < SMM_AMD_BM * 4; qd += SMM_AMD_THREADS) {
+            const int r = qd / 4, c = qd % 4;
+            const int64_t kk = k0 + 16 * c;
+            uint32_t wa[4] = {0, 0, 0, 0}, wb[4] = {0, 0, 0, 0};
+            if (bm + r < d.m) {
+                const int8_t *p = d.a + (bm + r) * d.lda + kk;
+                if (al16 && kk + 16 <= d.k) {
+                    const uint4 v = *(const uint4 *)p;
+                    wa[0] = v.x; wa[1] = v.y; wa[2] = v.z; wa[3] = v.w;
+                } else {
+                    for (int i = 0; i < 16; i++)
+                        if (kk + i < d.k)
+                            wa[i / 4] |= (uint32_t)(uint8_t)p[i] << (8 * (i % 4));
+                }
+            }
+            if (bn + r < d.n) {
+                const int8_t *p = d.b + (bn + r) * d.ldb + kk;
+                if (al16 && kk + 16 <= d.k) {
+                    const uint4 v = *(const uint4 *)p;
+                    wb[0] = v.x; wb[1] = v.y; wb[2] = v.z; wb[3] = v.w;
+                } else {
+                    for (int i = 0; i < 16; i++)
+                        if (kk + i < d.k)
+                            wb[i / 4] |= (uint32_t)(uint8_t)p[i] << (8 * (i % 4));
+                }
+            }
+            uint32_t *da = (uint32_t *)(as + r * SMM_AMD_LDS + 16 * c);
+            uint32_t *db = (uint32_t *)(bs + r * SMM_AMD_LDS + 16 * c);
+            for (int i = 0; i < 4; i++) {
+                da[i] = wa[i];
+                db[i] = wb[i];
+            }
+        }
+        SMM_SYNCTHREADS();
+
+#if defined(SMM_AMD_MFMA_K)
+        for (int kk = 0; kk < SMM_AMD_BK; kk += SMM_AMD_MFMA_K) {
+            /* Each lane's operand is E = 8 (or 4) consecutive bytes of one
+             * tile row (mfma_layout.h); rows are 72 bytes apart and the
+             * offsets multiples of E, so one aligned LDS read gives it. */
+            const int64_t fo = smm_mfma_frag_offset(32, SMM_AMD_MFMA_K, lane, SMM_AMD_LDS);
+            uint64_t af[2], bf[2];
+            for (int i = 0; i < 2; i++) {
+                const int8_t *pa = as + (wm + 32 * i) * SMM_AMD_LDS + kk + fo;
+#if SMM_AMD_MFMA_K == 16
+                af[i] = *(const uint64_t *)pa;
+#else
+                af[i] = *(const uint32_t *)pa;
+#endif
+            }
+            for (int j = 0; j < 2; j++) {
+                const int8_t *pb = bs + (wn + 32 * j) * SMM_AMD_LDS + kk + fo;
+#if SMM_AMD_MFMA_K == 16
+                bf[j] = *(const uint64_t *)pb;
+#else
+                bf[j] = *(const uint32_t *)pb;
+#endif
+            }
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++)
+#if SMM_AMD_MFMA_K == 16
+                    acc[i][j] = smm_mfma_32x32x16(af[i], bf[j], acc[i][j]);
+#else
+                    acc[i][j] = smm_mfma_32x32x8(af[i], bf[j], acc[i][j]);
+#endif
+        }
+#else
+        for (int w = 0; w < SMM_AMD_BK / 4; w++) {
+            int32_t av[8], bv[8];
+            for (int i = 0; i < 8; i++)
+                av[i] = *(const int32_t *)(as + (ty + 16 * i) * SMM_AMD_LDS + 4 * w);
+            for (int j = 0; j < 8; j++)
+                bv[j] = *(const int32_t *)(bs + (tx + 16 * j) * SMM_AMD_LDS + 4 * w);
+            for (int i = 0; i < 8; i++)
+                for (int j = 0; j < 8; j++)
+                    acc[i][j] = smm_dot4(av[i], bv[j], acc[i][j]);
+        }
+#endif
+        if (azp && tid < SMM_AMD_BN)
+            for (int w = 0; w < SMM_AMD_BK / 4; w++)
+                colsum = smm_dot4(*(const int32_t *)(bs + tid * SMM_AMD_LDS + 4 * w), 0x01010101,
+                                  colsum);
+        SMM_SYNCTHREADS();
+    }
+    if (tid < SMM_AMD_BN)
+        cs[tid] = colsum;
+    SMM_SYNCTHREADS();
+
+#if defined(SMM_AMD_MFMA_K)
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int r = 0; r < 16; r++) {
+                const int ti = smm_mfma_d_row(32, lane, r), tj = smm_mfma_d_col(32, lane, r);
+                const int64_t m = bm + wm + 32 * i + ti;
+                const int cl = wn + 32 * j + tj;
+                const int64_t n = bn + cl;
+                if (m < d.m && n < d.n)
+                    smm_epi_store(e, m, n, acc[i][j][r], cs[cl]);
+            }
+#else
+    for (int i = 0; i < 8; i++) {
+        const int64_t m = bm + ty + 16 * i;
+        if (m >= d.m)
+            continue;
+        for (int j = 0; j < 8; j++) {
+            const int64_t n = bn + tx + 16 * j;
+            if (n < d.n)
+                smm_epi_store(e, m, n, acc[i][j], cs[tx + 16 * j]);
+        }
+    }
+#endif
+}
+
+#endif /* SMM_GPU_AMD */
+
+/* ------------------------------------------------------------------ */
+/* Launcher                                                            */
+/* ------------------------------------------------------------------ */
+
+static bool smm_aligned(const void *p, int64_t ld, int64_t rows, unsigned bytes)
+{
+    return ((uintptr_t)p % bytes) == 0 && (rows == 1 || ld % (int64_t)bytes == 0);
+}
+
+/* SMM_GPU_GEMM_KERNEL=generic in the environment (read once) sends every
+ * problem to the generic kernel: a way to test it on any GPU. */
+static int smm_gemm_force_generic = -1;
+
+static bool smm_force_generic(void)
+{
+    if (smm_gemm_force_generic < 0) {
+        const char *v = getenv("SMM_GPU_GEMM_KERNEL");
+        smm_gemm_force_generic = v != NULL && strcmp(v, "generic") == 0;
+    }
+    return smm_gemm_force_generic != 0;
+}
+
+static gpuError_t smm_launch_generic(const smm_mm_dims &d, const smm_epi_params &e,
+                                     gpuStream_t stream)
+{
+    const int64_t mt = (d.m + SMM_GEN_BM - 1) / SMM_GEN_BM;
+    const int64_t nt = (d.n + SMM_GEN_BN - 1) / SMM_GEN_BN;
+    const int al4 = smm_aligned(d.a, d.lda, d.m, 4) && smm_aligned(d.b, d.ldb, d.n, 4);
+
+    if (mt * nt > INT32_MAX)
+        return gpuErrorInvalidValue;
+    smm_generic_kernel<<<(unsigned)(mt * nt), 256, 0, stream>>>(d, e, (int)mt, al4);
+    return gpuGetLastError();
+}
+
+#if defined(SMM_GPU_NVIDIA)
+
+/* Compute capability (major * 10 + minor) and SM count of the current
+ * device, read once per device. */
+static void smm_device_info(int *cc, int *sms)
+{
+    static int cache_cc[64], cache_sms[64];
+    int dev = 0;
+
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (cache_cc[dev] == 0) {
+        int major = 0, minor = 0, count = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+        cache_sms[dev] = count;
+        cache_cc[dev] = major * 10 + minor;
+    }
+    *cc = cache_cc[dev];
+    *sms = cache_sms[dev];
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES, bool ASYNC>
+static gpuError_t smm_launch_mma(const smm_mm_dims &d, const smm_epi_params &e,
+                                 gpuStream_t stream)
+{
+    const int64_t mt = (d.m + BM - 1) / BM, nt = (d.n + BN - 1) / BN;
+    const int smem = STAGES * (BM + BN) * 64 + BN * 4;
+    static bool attr_set[64]; /* per device: the attribute is per context */
+    int dev = 0;
+    auto kern = smm_mma_kernel<BM, BN, WM, WN, STAGES, ASYNC>;
+
+    if (mt * nt > INT32_MAX)
+        return gpuErrorInvalidValue;
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (!attr_set[dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
+        if (err != gpuSuccess)
+            return err;
+        attr_set[dev] = true;
+    }
+    kern<<<(unsigned)(mt * nt), WM * WN * 32, smem, stream>>>(d, e, (int)mt, (int)nt);
+    return gpuGetLastError();
+}
+
+#define SMM_WGMMA_STAGES 5
+
+/* Whether the wgmma kernel the driver loaded for the current device is the
+ * sm_90a one (the stub has static shared memory), read once per device. */
+static bool smm_have_wgmma(void)
+{
+    static signed char cache[64];
+    int dev = 0;
+
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        bool ok = cudaFuncGetAttributes(&attr, smm_wgmma_kernel<SMM_WGMMA_STAGES, true>) ==
+                      cudaSuccess &&
+                  attr.sharedSizeBytes == 0;
+        (void)cudaGetLastError();
+        cache[dev] = ok ? 1 : -1;
+    }
+    return cache[dev] > 0;
+}
+
+static gpuError_t smm_launch_wgmma(const smm_mm_dims &d, const smm_epi_params &e,
+                                   gpuStream_t stream)
+{
+    const int64_t mt = (d.m + 127) / 128, nt = (d.n + 255) / 256;
+    const int smem = SMM_WGMMA_STAGES * (128 + 256) * 64 + 256 * 4 + 1024;
+    static bool attr_set[64]; /* per device: the attribute is per context */
+    int dev = 0;
+    auto kern = smm_wgmma_kernel<SMM_WGMMA_STAGES, true>;
+
+    if (mt * nt > INT32_MAX)
+        return gpuErrorInvalidValue;
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (!attr_set[dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
+        if (err != gpuSuccess)
+            return err;
+        attr_set[dev] = true;
+    }
+    kern<<<(unsigned)(mt * nt), 256, smem, stream>>>(d, e, (int)mt, (int)nt);
+    return gpuGetLastError();
+}
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no
+ * link against the driver library), looked up once; NULL if missing. */
+static PFN_cuTensorMapEncodeTiled_v12000 smm_tmap_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int tried;
+
+    if (!tried) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                           cudaEnableDefault, &q);
+#else
+        cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p,
+                                                  cudaEnableDefault, &q);
+#endif
+        if (err == cudaSuccess && q == cudaDriverEntryPointSuccess && p != NULL)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        (void)cudaGetLastError();
+        tried = 1;
+    }
+    return fn;
+}
+
+/* Tensor map of a rows x k int8 matrix (row stride ld bytes, a multiple
+ * of 16, base 16-byte aligned): boxes of 128 bytes of K by box_rows rows,
+ * 128-byte swizzle, zeros past the edges. */
+static bool smm_make_tmap(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t k,
+                          int64_t ld, unsigned box_rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 fn = smm_tmap_encoder();
+    cuuint64_t dims[2], strides[1];
+    cuuint32_t box[2], estr[2] = {1, 1};
+
+    if (fn == NULL)
+        return false;
+    dims[0] = (cuuint64_t)k;
+    dims[1] = (cuuint64_t)rows;
+    strides[0] = (cuuint64_t)ld;
+    box[0] = 128;
+    box[1] = box_rows;
+    return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr,
+              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Whether the TMA kernel the driver loaded is the sm_90a one (as
+ * smm_have_wgmma), read once per device. */
+static bool smm_have_tma(void)
+{
+    static signed char cache[64];
+    int dev = 0;
+
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        bool ok = cudaFuncGetAttributes(&attr, smm_tma_kernel) == cudaSuccess &&
+                  attr.sharedSizeBytes == 0 && smm_tmap_encoder() != NULL;
+        (void)cudaGetLastError();
+        cache[dev] = ok ? 1 : -1;
+    }
+    return cache[dev] > 0;
+}
+
+/* The TMA kernel when the problem suits it (16-byte aligned, strides
+ * multiples of 16, sizes below 2^31, K > 0) and the tensor maps encode;
+ * *done false: nothing launched, use another kernel. */
+static gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms,
+                                 gpuStream_t stream, bool *done)
+{
+    const int64_t mt = (d.m + 127) / 128, nt = (d.n + 255) / 256;
+    static bool attr_set[64];
+    int dev = 0;
+    CUtensorMap ta, tb;
+
+    *done = false;
+    if (d.k <= 0 || d.m >= INT32_MAX || d.n >= INT32_MAX || d.k >= INT32_MAX ||
+        d.lda % 16 != 0 || d.ldb % 16 != 0 || d.lda < d.k || d.ldb < d.k ||
+        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 || mt * nt > INT32_MAX)
+        return gpuSuccess;
+    if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.lda, 128) ||
+        !smm_make_tmap(&tb, d.b, d.n, d.k, d.ldb, 256))
+        return gpuSuccess;
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (!attr_set[dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(smm_tma_kernel, SMM_TMA_SMEM);
+        if (err != gpuSuccess)
+            return err;
+        attr_set[dev] = true;
+    }
+    *done = true;
+    smm_tma_kernel<<<(unsigned)(mt * nt < sms ? mt * nt : sms), 384, SMM_TMA_SMEM, stream>>>(
+        ta, tb, d, e, (int)mt, (int)nt);
+    return gpuGetLastError();
+}
+
+/* SMM_GPU_GEMM_KERNEL=wgmma (read once) keeps large problems on the
+ * cp.async wgmma kernel instead of the TMA one. */
+static bool smm_tma_allowed(void)
+{
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *v = getenv("SMM_GPU_GEMM_KERNEL");
+        allowed = !(v != NULL && strcmp(v, "wgmma") == 0);
+    }
+    return allowed != 0;
+}
+
+/* SMM_GPU_GEMM_KERNEL=mma (read once) keeps large problems off wgmma. */
+static bool smm_wgmma_allowed(void)
+{
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *v = getenv("SMM_GPU_GEMM_KERNEL");
+        allowed = !(v != NULL && strcmp(v, "mma") == 0);
+    }
+    return allowed != 0;
+}
+
+#endif
+
+#if defined(SMM_GPU_NVIDIA)
+
+/* The self-test's tuning hook (scripts/gpu-gemm-selftest.cu): nonzero
+ * values force the decode kernel's 16-row groups per block (1, 2, 4) and
+ * blocks per cluster (1, 2, 4; sm_90+ only, else 1). */
+static int smm_decode_force_g = 0, smm_decode_force_s = 0;
+
+template <int TG, int G, int S>
+static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_params &e,
+                                        gpuStream_t stream)
+{
+    const int64_t nb = (d.n + 16 * G - 1) / (16 * G);
+
+    if (nb * S > INT32_MAX)
+        return gpuErrorInvalidValue;
+    if (S == 1) {
+        smm_decode_kernel<TG, G, 1><<<(unsigned)nb, SMM_DEC_WARPS * 32, 0, stream>>>(d, e);
+        return gpuGetLastError();
+    }
+    {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at[1];
+        memset(&cfg, 0, sizeof cfg);
+        memset(at, 0, sizeof at);
+        cfg.gridDim = dim3((unsigned)(nb * S), 1, 1);
+        cfg.blockDim = dim3(SMM_DEC_WARPS * 32, 1, 1);
+        cfg.dynamicSmemBytes = 0;
+        cfg.stream = stream;
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = S;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
+    }
+}
+
+template <int TG>
+static gpuError_t smm_launch_decode_tg(const smm_mm_dims &d, const smm_epi_params &e, int g,
+                                       int s, gpuStream_t stream)
+{
+    if (g == 1)
+        return s == 4 ? smm_launch_decode_tgs<TG, 1, 4>(d, e, stream)
+                      : s == 2 ? smm_launch_decode_tgs<TG, 1, 2>(d, e, stream)
+                               : smm_launch_decode_tgs<TG, 1, 1>(d, e, stream);
+    if (g == 2)
+        return s == 4 ? smm_launch_decode_tgs<TG, 2, 4>(d, e, stream)
+                      : s == 2 ? smm_launch_decode_tgs<TG, 2, 2>(d, e, stream)
+                               : smm_launch_decode_tgs<TG, 2, 1>(d, e, stream);
+    return s == 4 ? smm_launch_decode_tgs<TG, 4, 4>(d, e, stream)
+                  : s == 2 ? smm_launch_decode_tgs<TG, 4, 2>(d, e, stream)
+                           : smm_launch_decode_tgs<TG, 4, 1>(d, e, stream);
+}
+
+/* Whether the cluster variants carry sm_90 code (they do nothing of the
+ * cluster kind when only older code was built), read once. */
+static bool smm_decode_have_cluster(int cc)
+{
+    static int have = -1;
+    if (cc < 90)
+        return false;
+    if (have < 0) {
+        cudaFuncAttributes attr;
+        have = cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2>) == cudaSuccess &&
+               attr.binaryVersion >= 90;
+    }
+    return have != 0;
+}
+
+/* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
+ * (fewer re-reads of the tokens) and the blocks per cluster (enough blocks
+ * for the SMs when N is small), then launches smm_decode_kernel. */
+static gpuError_t smm_launch_decode(const smm_mm_dims &d, const smm_epi_params &e, int cc,
+                                    int sms, gpuStream_t stream)
+{
+    const int tg = (int)((d.m + 7) / 8);
+    /* Measured on an H200 (132 SMs, Llama-3.1-8B shapes, M = 1, 16, 32):
+     * for M > 8, two row groups pay once they still give a block to every
+     * SM (for M <= 8 one group with 4 loads in flight was fastest); four
+     * groups (fewer registers for loads in flight) and clusters (one more
+     * reduction step) were slower or no faster on those shapes. */
+    int g = tg > 1 && (d.n + 31) / 32 >= (int64_t)sms ? 2 : 1;
+    int s = 1;
+
+    if (smm_decode_force_g > 0)
+        g = smm_decode_force_g;
+    if (smm_decode_force_s > 0)
+        s = smm_decode_force_s;
+    if (!smm_decode_have_cluster(cc))
+        s = 1;
+    switch (tg) {
+    case 1: return smm_launch_decode_tg<1>(d, e, g, s, stream);
+    case 2: return smm_launch_decode_tg<2>(d, e, g, s, stream);
+    case 3: return smm_launch_decode_tg<3>(d, e, g, s, stream);
+    default: return smm_launch_decode_tg<4>(d, e, g, s, stream);
+    }
+}
+
+#endif
+
+gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, gpuStream_t stream)
+{
+    smm_mm_dims d;
+    smm_epi_params e;
+
+    d.a = p->a;
+    d.b = p->b;
+    d.m = p->m;
+    d.n = p->n;
+    d.k = p->k;
+    d.lda = p->lda;
+    d.ldb = p->ldb;
+
+    e.c = p->c;
+    e.ldc = p->ldc;
+    e.c_dtype = (int)p->c_dtype;
+    e.scale_a = p->scale_a;
+    e.scale_a_per_row = p->scale_a != NULL && p->scale_a_len != 1;
+    e.scale_b = p->scale_b;
+    e.scale_b_per_col = p->scale_b != NULL && p->scale_b_len != 1;
+    e.bias = p->c_dtype == SMM_DTYPE_I32 ? NULL : p->bias;
+    e.azp = p->c_dtype == SMM_DTYPE_I32 ? NULL : p->azp;
+    e.azp_per_row = p->azp != NULL && p->azp_len != 1;
+
+#if defined(SMM_GPU_NVIDIA)
+    {
+        int cc = 0, sms = 0;
+        smm_device_info(&cc, &sms);
+        if (cc >= 80 && !smm_force_generic()) {
+            const bool al16 = smm_aligned(d.a, d.lda, d.m, 16) && smm_aligned(d.b, d.ldb, d.n, 16);
+            if (al16 && d.m <= 32)
+                return smm_launch_decode(d, e, cc, sms, stream);
+            if (!al16)
+                return smm_launch_mma<128, 128, 2, 4, 3, false>(d, e, stream);
+            /* 128 x 256 tiles when they still fill the device. */
+            if (((d.m + 127) / 128) * ((d.n + 255) / 256) >= (int64_t)sms) {
+                if (cc == 90 && smm_wgmma_allowed() && smm_tma_allowed() && smm_have_tma()) {
+                    bool done = false;
+                    gpuError_t err = smm_launch_tma(d, e, sms, stream, &done);
+                    if (done || err != gpuSuccess)
+                        return err;
+                }
+                if (cc == 90 && smm_wgmma_allowed() && smm_have_wgmma())
+                    return smm_launch_wgmma(d, e, stream);
+                return smm_launch_mma<128, 256, 2, 4, 4, true>(d, e, stream);
+            }
+            return smm_launch_mma<128, 128, 2, 4, 4, true>(d, e, stream);
+        }
+    }
+    return smm_launch_generic(d, e, stream);
+#else
+    {
+        const int64_t mt = (d.m + SMM_AMD_BM - 1) / SMM_AMD_BM;
+        const int64_t nt = (d.n + SMM_AMD_BN - 1) / SMM_AMD_BN;
+        const int al16 =
+            smm_aligned(d.a, d.lda, d.m, 16) && smm_aligned(d.b, d.ldb, d.n, 16);
+        if (smm_force_generic())
+            return smm_launch_generic(d, e, stream);
+        if (mt * nt > INT32_MAX)
+            return gpuErrorInvalidValue;
+        smm_amd_kernel<<<(unsigned)(mt * nt), SMM_AMD_THREADS, 0, stream>>>(d, e, (int)mt, al16);
+        return gpuGetLastError();
+    }
+#endif
+}

@@ -1,0 +1,357 @@
+/*
+ * quantize.hip - smm_quantize_i8 on the GPU, every mode of the numerics
+ * contract (doc/numerics.md, "Quantization of activations"), bit for bit
+ * equal to lib/reference.c:
+ *   static symmetric:    q = rne_sat_i8(x / s)                    true division
+ *   static asymmetric:   q = sat_i8(rne_sat_i32(x * fl(1/s)) + z) sum in 64-bit
+ *   dynamic symmetric:   amax = max |x| (from +0, NaN ignored); scale = amax / 127;
+ *                        inv = amax == 0 ? 0 : 127 / amax; q = rne_sat_i8(x * inv)
+ *   dynamic asymmetric:  mn / mx from +-FLT_MAX, NaN ignored; s = (mx - mn) / 255;
+ *                        if s > 0, s and fl(1/s) finite:
+ *                          z = rne_sat_i32(-128 - mn / s), q as static asymmetric
+ *                        else the symmetric row and azp = 0
+ * Inputs F32, F16, BF16 (row-major, ldx elements), widened to float exactly;
+ * q int8 row-major (ldq elements); all pointers are device pointers.
+ *
+ * Shared by AMD (clang -x hip) and NVIDIA (nvcc -x cu) builds. Every float
+ * operation is one IEEE binary32 operation rounded to nearest even: on
+ * NVIDIA through the __fdiv_rn / __fmul_rn / __fsub_rn intrinsics (no
+ * contraction, no approximate division whatever the flags); on AMD through
+ * the plain operators, which clang keeps correctly rounded for HIP
+ * (-fhip-fp32-correctly-rounded-divide-sqrt is its default) with
+ * -ffp-contract=off and -fno-gpu-flush-denormals-to-zero, as configure
+ * passes them. Rounding to integers: rintf / __builtin_rintf (nearest even),
+ * then the reference's clamps on the float, then an exact cast.
+ *
+ * Work split: the static modes use one block per row (grid-strided over the
+ * rows), the threads striding over k. The dynamic modes use one block per
+ * row as well: each thread reduces its k's, then a shared-memory tree
+ * reduces the block. The contract's max and min with NaN ignored are
+ * order-independent (the maximum of a set is the set's maximum however it
+ * is taken; the one order-dependent detail, which of +0 and -0 a min or
+ * max over equal zeros keeps, cannot reach any output: -128 - (+-0 / s),
+ * mx - (+-0) and (+-0) - mn are equal for either sign, and a row whose
+ * min and max are both zeros takes the symmetric path with |x|), so every
+ * tree gives the reference's result.
+ *
+ * The launcher queues one kernel on the stream and returns the launch
+ * status; m > 0 and every argument has been validated by lib/check.c.
+ */
+#include "kernels.h"
+
+#include <float.h>
+#include <stdint.h>
+
+namespace {
+
+enum { QBLOCK = 256 }; /* threads per block */
+enum { QMAX_GRID = 65535 };
+
+/* ------------------------------------------------------------------ */
+/* Exact float helpers                                                 */
+/* ------------------------------------------------------------------ */
+
+SMM_DEV float q_div(float a, float b)
+{
+#if defined(SMM_GPU_NVIDIA)
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+SMM_DEV float q_mul(float a, float b)
+{
+#if defined(SMM_GPU_NVIDIA)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+SMM_DEV float q_sub(float a, float b)
+{
+#if defined(SMM_GPU_NVIDIA)
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
+/* Round to the nearest integer, ties to even (NaN and +-Inf as they are). */
+SMM_DEV float q_rint(float v)
+{
+#if defined(SMM_GPU_NVIDIA)
+    return rintf(v);
+#else
+    return __builtin_rintf(v);
+#endif
+}
+
+SMM_DEV bool q_isnan(float v)
+{
+    return v != v;
+}
+
+/* |v|: clears the sign bit (fabsf without a math library). */
+SMM_DEV float q_abs(float v)
+{
+    return __uint_as_float(__float_as_uint(v) & 0x7FFFFFFFu);
+}
+
+/* Finite: neither NaN nor +-Inf. */
+SMM_DEV bool q_isfinite(float v)
+{
+    return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u;
+}
+
+/* sat_i8: clamp an integer to [-128, 127]. */
+SMM_DEV int8_t q_sat_i8(int64_t v)
+{
+    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+/* rne_sat_i8: NaN -> 0; round to nearest even; clamp on the float. */
+SMM_DEV int8_t q_rne_sat_i8(float v)
+{
+    float r;
+
+    if (q_isnan(v))
+        return 0;
+    r = q_rint(v);
+    if (r <= -128.0f)
+        return -128;
+    if (r >= 127.0f)
+        return 127;
+    return (int8_t)(int)r;
+}
+
+/* rne_sat_i32: as rne_sat_i8, into [INT32_MIN, INT32_MAX] (2^31 is the
+ * first float above INT32_MAX). */
+SMM_DEV int32_t q_rne_sat_i32(float v)
+{
+    float r;
+
+    if (q_isnan(v))
+        return 0;
+    r = q_rint(v);
+    if (r <= -2147483648.0f)
+        return INT32_MIN;
+    if (r >= 2147483648.0f)
+        return INT32_MAX;
+    return (int32_t)r;
+}
+
+/* The contract's max / min with NaN ignored (any NaN, quiet or signaling,
+ * leaves `running` as is; `running` is never NaN). */
+SMM_DEV float q_max(float running, float v)
+{
+    return (!q_isnan(v) && v > running) ? v : running;
+}
+
+SMM_DEV float q_min(float running, float v)
+{
+    return (!q_isnan(v) && v < running) ? v : running;
+}
+
+/* ------------------------------------------------------------------ */
+/* Inputs                                                              */
+/* ------------------------------------------------------------------ */
+
+/* binary16 bits -> float, exactly (subnormals normalised, Inf and NaN kept
+ * as Inf and NaN). Integer operations only, so no FTZ mode can touch it. */
+SMM_DEV float q_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+
+    if (exp == 0x1Fu) /* Inf / NaN */
+        return __uint_as_float(sign | 0x7F800000u | (man << 13));
+    if (exp == 0) {
+        if (man == 0)
+            return __uint_as_float(sign);
+        /* Subnormal: shift the leading 1 into the implicit bit. */
+        exp = 127 - 15 + 1;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        man &= 0x3FFu;
+        return __uint_as_float(sign | (exp << 23) | (man << 13));
+    }
+    return __uint_as_float(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+
+SMM_DEV float q_bf16_to_f32(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+/* Element k of a row, widened exactly. DT is the smm_dtype of x. */
+template <int DT> SMM_DEV float q_load(const void *row, int64_t k)
+{
+    if (DT == SMM_DTYPE_F32)
+        return ((const float *)row)[k];
+    if (DT == SMM_DTYPE_F16)
+        return q_f16_to_f32(((const uint16_t *)row)[k]);
+    return q_bf16_to_f32(((const uint16_t *)row)[k]);
+}
+
+template <int DT> SMM_DEV const void *q_row(const void *x, int64_t i, int64_t ldx)
+{
+    const int64_t es = DT == SMM_DTYPE_F32 ? 4 : 2;
+    return (const char *)x + i * ldx * es;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kernels                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Static per-tensor: scale[0] (and azp[0] when azp != NULL) are inputs. */
+template <int DT>
+__global__ void __launch_bounds__(QBLOCK)
+smm_q_static(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_t k,
+             const float *scale, const int32_t *azp)
+{
+    const float s = scale[0];
+
+    for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
+        const void *xr = q_row<DT>(x, i, ldx);
+        int8_t *qr = q + i * ldq;
+        if (azp == NULL) {
+            for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+                qr[kk] = q_rne_sat_i8(q_div(q_load<DT>(xr, kk), s));
+        } else {
+            const float inv = q_div(1.0f, s);
+            const int64_t z = azp[0];
+            for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+                qr[kk] = q_sat_i8((int64_t)q_rne_sat_i32(q_mul(q_load<DT>(xr, kk), inv)) + z);
+        }
+    }
+}
+
+/* Tree reduction of one value per thread over the block (QBLOCK threads,
+ * a power of two); every thread returns the block's result. OP 0: max,
+ * 1: min (NaN never reaches here: each thread's value is already NaN-free). */
+template <int OP> SMM_DEV float q_block_reduce(float v, float *sh)
+{
+    const int t = SMM_TID_X;
+
+    sh[t] = v;
+    SMM_SYNCTHREADS();
+    for (int half = QBLOCK / 2; half > 0; half /= 2) {
+        if (t < half)
+            sh[t] = OP == 0 ? q_max(sh[t], sh[t + half]) : q_min(sh[t], sh[t + half]);
+        SMM_SYNCTHREADS();
+    }
+    v = sh[0];
+    SMM_SYNCTHREADS(); /* sh is reused by the next reduction */
+    return v;
+}
+
+/* The symmetric row (also the fallback of degenerate asymmetric rows). */
+template <int DT>
+SMM_DEV void q_row_symmetric(const void *xr, int8_t *qr, int64_t k, float amax, float *scale_out,
+                             int32_t *azp_out)
+{
+    const float inv = amax == 0.0f ? 0.0f : q_div(127.0f, amax);
+
+    for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+        qr[kk] = q_rne_sat_i8(q_mul(q_load<DT>(xr, kk), inv));
+    if (SMM_TID_X == 0) {
+        *scale_out = q_div(amax, 127.0f);
+        if (azp_out != NULL)
+            *azp_out = 0;
+    }
+}
+
+/* Dynamic per-token symmetric: scale[i] written, one block per row. */
+template <int DT>
+__global__ void __launch_bounds__(QBLOCK)
+smm_q_dynamic_sym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_t k,
+                  float *scale)
+{
+    __shared__ float sh[QBLOCK];
+
+    for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
+        const void *xr = q_row<DT>(x, i, ldx);
+        float amax = 0.0f;
+        for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+            amax = q_max(amax, q_abs(q_load<DT>(xr, kk)));
+        amax = q_block_reduce<0>(amax, sh);
+        q_row_symmetric<DT>(xr, q + i * ldq, k, amax, &scale[i], NULL);
+    }
+}
+
+/* Dynamic per-token asymmetric: scale[i] and azp[i] written. */
+template <int DT>
+__global__ void __launch_bounds__(QBLOCK)
+smm_q_dynamic_asym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_t k,
+                   float *scale, int32_t *azp)
+{
+    __shared__ float sh[QBLOCK];
+
+    for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
+        const void *xr = q_row<DT>(x, i, ldx);
+        int8_t *qr = q + i * ldq;
+        float mn = FLT_MAX, mx = -FLT_MAX, s;
+        for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK) {
+            const float v = q_load<DT>(xr, kk);
+            mn = q_min(mn, v);
+            mx = q_max(mx, v);
+        }
+        mn = q_block_reduce<1>(mn, sh);
+        mx = q_block_reduce<0>(mx, sh);
+
+        s = q_div(q_sub(mx, mn), 255.0f);
+        if (!(s > 0.0f && q_isfinite(s) && q_isfinite(q_div(1.0f, s)))) {
+            float amax = 0.0f;
+            for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+                amax = q_max(amax, q_abs(q_load<DT>(xr, kk)));
+            amax = q_block_reduce<0>(amax, sh);
+            q_row_symmetric<DT>(xr, qr, k, amax, &scale[i], &azp[i]);
+            continue;
+        }
+        {
+            const float inv = q_div(1.0f, s);
+            const int32_t z = q_rne_sat_i32(q_sub(-128.0f, q_div(mn, s)));
+            for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
+                qr[kk] = q_sat_i8((int64_t)q_rne_sat_i32(q_mul(q_load<DT>(xr, kk), inv)) +
+                                  (int64_t)z);
+            if (SMM_TID_X == 0) {
+                scale[i] = s;
+                azp[i] = z;
+            }
+        }
+    }
+}
+
+template <int DT> gpuError_t q_launch(const smm_quantize_args *a, gpuStream_t stream)
+{
+    const unsigned grid = (unsigned)(a->m < QMAX_GRID ? a->m : QMAX_GRID);
+
+    if (a->mode == SMM_QUANT_STATIC_PER_TENSOR)
+        smm_q_static<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m, a->k,
+                                                      a->scale, a->azp);
+    else if (a->azp == NULL)
+        smm_q_dynamic_sym<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m,
+                                                           a->k, a->scale);
+    else
+        smm_q_dynamic_asym<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m,
+                                                            a->k, a->scale, a->azp);
+    return gpuGetLastError();
+}
+
+} /* namespace */
+
+gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t stream)
+{
+    switch (q->x_dtype) {
+    case SMM_DTYPE_F16:
+        return q_launch<SMM_DTYPE_F16>(q, stream);
+    case SMM_DTYPE_BF16:
+        return q_launch<SMM_DTYPE_BF16>(q, stream);
+    default: /* F32 (validated) */
+        return q_launch<SMM_DTYPE_F32>(q, stream);
+    }
+}
