@@ -13,7 +13,12 @@
  * weights from memory, as a decode step does.
  * The baseline is OpenBLAS cblas_sgemm on the same problem in float32
  * (activations widened from bf16, weights as floats), same thread count,
- * weights rotated the same way.
+ * weights rotated the same way; and, when the tool is built with it,
+ * oneDNN's s8 x s8 matmul of the same int8 activations by the same weights
+ * (reordered once into the layout oneDNN prefers), per-channel output
+ * scales, float32 output (bench_onednn.h).
+ * On a GPU context (or with --device-api) the point runs on device memory
+ * instead: bench_point_device below.
  * Every point is verified: for a few sampled rows the reference backend
  * quantizes the same bf16 row and multiplies it, and the int8 row, its
  * scale and the bf16 output row must equal the tested backend's bit for
@@ -33,6 +38,9 @@ typedef struct bench_config {
     int repeats;          /* timed runs per measurement, at most */
     double max_time;      /* stop timed runs once they took this long (s) */
     int baseline;         /* run the SGEMM baseline */
+    int onednn;           /* run the oneDNN baseline (built with it) */
+    int device;           /* device path: smm_malloc'd buffers, batches of
+                             asynchronous launches, smm_synchronize */
     uint64_t seed;        /* data seed */
     size_t llc_bytes;     /* last-level cache size */
 } bench_config;
@@ -45,6 +53,12 @@ typedef struct bench_weights {
     float **scale_b;      /* copies x N per-channel scales */
     int copies_f32;       /* float copies for the SGEMM baseline (0: none) */
     float **b_f32;        /* copies_f32 x (N x K), the same values as float */
+    struct bench_onednn *onednn;  /* oneDNN's state for this layer, or NULL
+                                     (bench_onednn.h; freed with the weights) */
+    smm_context *dev_ctx; /* context of the device copies below, or NULL */
+    int dev_copies;       /* device weight copies (with their scales) */
+    int8_t **dev_b;       /* dev_copies x (N x K) in smm_malloc memory */
+    float **dev_scale_b;  /* dev_copies x N in smm_malloc memory */
 } bench_weights;
 
 /* Copies needed for `bytes` per copy: the smallest count whose total
@@ -57,6 +71,26 @@ int bench_weights_init(bench_weights *w, const bench_config *cfg, int64_t n, int
                        uint64_t tag_model, uint64_t tag_layer, char *err, size_t errsize);
 void bench_weights_free(bench_weights *w);
 
+/* Bytes of weights (with their scales) the device path keeps in rotation:
+ * the tool cannot ask the GPU for its L2 size through the library, so the
+ * copies total more than this bound, several times any current GPU's L2. */
+#define BENCH_DEVICE_ROTATE_BYTES ((size_t)256 << 20)
+
+/* bench_device.c: uploads w's first copy (weights and scales) into as many
+ * smm_malloc'd copies on ctx as make their total exceed
+ * BENCH_DEVICE_ROTATE_BYTES (sets dev_ctx, dev_copies, dev_b,
+ * dev_scale_b; bench_weights_free frees them). Returns 0, or -1 with the
+ * reason in err (nothing left allocated). */
+int bench_weights_to_device(bench_weights *w, smm_context *ctx, char *err, size_t errsize);
+
+/* The quantize and scaled_mm arguments of one layer call as the bench
+ * makes it (bench_point.c): bf16 x (M x K) -> int8 q (M x K) with
+ * per-token scales scale_a (M); q times b (N x K) with scale_a x scale_b
+ * (N), no bias, bf16 c (M x N); every leading dimension dense. */
+void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t *q,
+                      float *scale_a, const int8_t *b, const float *scale_b, uint16_t *c,
+                      smm_quantize_args *qa, smm_scaled_mm_args *ma);
+
 typedef struct bench_result {
     int runs;             /* timed runs of the int8 layer */
     double quant_s;       /* median quantize time (s) */
@@ -64,6 +98,11 @@ typedef struct bench_result {
     double layer_s;       /* median of quantize + smm_scaled_mm (s) */
     int sgemm_runs;       /* timed SGEMM runs (0: baseline skipped) */
     double sgemm_s;       /* median SGEMM time (s) */
+    int onednn_runs;      /* timed oneDNN matmul runs (0: not run) */
+    double onednn_s;      /* median oneDNN matmul time (s) */
+    char onednn_impl[160];  /* the oneDNN implementation that ran, or
+                               "error: " and why it did not */
+    int launches;         /* device path: launches per timed run */
     int rows_checked;     /* rows compared with the reference */
     int verified;         /* 1: every sampled row equal bit for bit */
     char message[512];    /* first mismatch or failed call, in words */
@@ -77,6 +116,39 @@ typedef struct bench_result {
  */
 int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
                 uint64_t tag_model, uint64_t tag_layer, bench_result *res);
+
+/*
+ * bench_device.c: the same point through the device API, as a GPU context
+ * needs it: activations, int8 activations, scales and output in smm_malloc
+ * memory, the inputs copied there with smm_memcpy; one warm-up; then each
+ * measurement (quantize alone, scaled_mm alone, both) is up to
+ * cfg->repeats timed runs (stopping once cfg->max_time is spent) of
+ * res->launches back-to-back launches followed by smm_synchronize, timed
+ * with CLOCK_MONOTONIC on the host; a run's time / launches is one sample,
+ * the median of the samples is reported. Launches rotate over the device
+ * weight copies (bench_weights_to_device must have run). launches is
+ * chosen per point so that one run lasts about 20 ms (3 to 2000).
+ * Finally the outputs are poisoned, one more layer runs, the int8
+ * activations, scales and bf16 output are copied back and bench_verify
+ * checks them. Returns like bench_point.
+ */
+int bench_point_device(const bench_config *cfg, const bench_weights *w, int64_t m,
+                       uint64_t tag_model, uint64_t tag_layer, bench_result *res);
+
+/* The device's copy bandwidth (bench_device.c). */
+typedef struct bench_device {
+    double copy_gbps;     /* (bytes read + bytes written) / s, 1e9; 0: not
+                             measured */
+    size_t copy_bytes;    /* bytes of one copy */
+    int copies;           /* copies per timed run */
+    double copy_s;        /* seconds the measurement took */
+    char how[160];        /* why not measured, when copy_gbps is 0 */
+} bench_device;
+
+/* Times device-to-device smm_memcpy of a large buffer (1 GiB, halved until
+ * the two buffers can be allocated, at least 64 MiB) on ctx: one warm-up,
+ * then 5 timed runs of 4 copies + smm_synchronize, median. Never fails. */
+void bench_device_measure(bench_device *d, smm_context *ctx);
 
 /* ---- parts of bench_point, each in its own file ---- */
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bench_onednn.h"
 #include "buffers.h"
 #include "timer.h"
 
@@ -51,45 +52,54 @@ static void poison(const point_bufs *p, int64_t m, int64_t n, int64_t k)
     memset(p->c, 0xFF, (size_t)(m * n) * sizeof(uint16_t));
 }
 
+void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t *q,
+                      float *scale_a, const int8_t *b, const float *scale_b, uint16_t *c,
+                      smm_quantize_args *qa, smm_scaled_mm_args *ma)
+{
+    memset(qa, 0, sizeof *qa);
+    memset(ma, 0, sizeof *ma);
+    qa->m = m;
+    qa->k = k;
+    qa->x = x;
+    qa->x_dtype = SMM_DTYPE_BF16;
+    qa->ldx = k;
+    qa->q = q;
+    qa->ldq = k;
+    qa->scale = scale_a;
+    qa->azp = NULL;  /* symmetric */
+    qa->mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+
+    ma->m = m;
+    ma->n = n;
+    ma->k = k;
+    ma->a = q;
+    ma->lda = k;
+    ma->b = b;
+    ma->ldb = k;
+    ma->scale_a = scale_a;
+    ma->scale_a_len = m;
+    ma->scale_b = scale_b;
+    ma->scale_b_len = n;
+    ma->bias = NULL;
+    ma->azp = NULL;
+    ma->c = c;
+    ma->ldc = n;
+    ma->c_dtype = SMM_DTYPE_BF16;
+}
+
 /* One layer: quantize, then multiply with weight copy `copy`. Times the
  * two parts if t is non-NULL (t[0]: quantize, t[1]: mm). */
 static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int copy,
                             int64_t m, const point_bufs *p, double t[2],
                             const char **what)
 {
-    smm_quantize_args qa = {0};
-    smm_scaled_mm_args ma = {0};
+    smm_quantize_args qa;
+    smm_scaled_mm_args ma;
     smm_status st;
     double t0, t1, t2;
 
-    qa.m = m;
-    qa.k = w->k;
-    qa.x = p->x;
-    qa.x_dtype = SMM_DTYPE_BF16;
-    qa.ldx = w->k;
-    qa.q = p->q;
-    qa.ldq = w->k;
-    qa.scale = p->scale_a;
-    qa.azp = NULL;  /* symmetric */
-    qa.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
-
-    ma.m = m;
-    ma.n = w->n;
-    ma.k = w->k;
-    ma.a = p->q;
-    ma.lda = w->k;
-    ma.b = w->b[copy];
-    ma.ldb = w->k;
-    ma.scale_a = p->scale_a;
-    ma.scale_a_len = m;
-    ma.scale_b = w->scale_b[copy];
-    ma.scale_b_len = w->n;
-    ma.bias = NULL;
-    ma.azp = NULL;
-    ma.c = p->c;
-    ma.ldc = w->n;
-    ma.c_dtype = SMM_DTYPE_BF16;
-
+    bench_layer_args(m, w->n, w->k, p->x, p->q, p->scale_a, w->b[copy], w->scale_b[copy],
+                     p->c, &qa, &ma);
     t0 = timer_now();
     st = smm_quantize_i8(cfg->ctx, &qa);
     t1 = timer_now();
@@ -122,6 +132,8 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
     int i, runs = 0, copy = 0, rc = -1;
     size_t mk = (size_t)(m * k), mn = (size_t)(m * n), j;
 
+    if (cfg->device)
+        return bench_point_device(cfg, w, m, tag_model, tag_layer, res);
     memset(res, 0, sizeof *res);
     p.x = buf_alloc(mk * sizeof(uint16_t));
     p.q = buf_alloc(mk);
@@ -130,12 +142,12 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
     tq = malloc((size_t)cfg->repeats * sizeof *tq);
     tm = malloc((size_t)cfg->repeats * sizeof *tm);
     tl = malloc((size_t)cfg->repeats * sizeof *tl);
-    if (cfg->baseline) {
+    if (cfg->baseline)
         p.a32 = buf_alloc(mk * sizeof(float));
+    if (cfg->baseline || w->onednn)
         p.c32 = buf_alloc(mn * sizeof(float));
-    }
     if (!p.x || !p.q || !p.scale_a || !p.c || !tq || !tm || !tl ||
-        (cfg->baseline && (!p.a32 || !p.c32))) {
+        (cfg->baseline && !p.a32) || ((cfg->baseline || w->onednn) && !p.c32)) {
         snprintf(res->message, sizeof res->message, "out of memory (M = %lld)",
                  (long long)m);
         goto done;
@@ -185,6 +197,13 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
             snprintf(res->message, sizeof res->message, "out of memory (SGEMM timings)");
             goto done;
         }
+    }
+    /* oneDNN multiplies the int8 activations our quantizer wrote (checked
+     * above) by the same weights. A failure there is the baseline's, not
+     * ours: it leaves the oneDNN figures empty and says why in onednn_impl. */
+    if (w->onednn && bench_onednn_time(w->onednn, cfg, w, m, p.q, p.c32, res) != 0) {
+        snprintf(res->onednn_impl, sizeof res->onednn_impl, "error: %.140s", res->message);
+        res->message[0] = '\0';
     }
     rc = 0;
 done:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bench_onednn.h"
 #include "buffers.h"
 
 int bench_copies(size_t bytes, size_t llc_bytes)
@@ -21,6 +22,13 @@ int bench_copies(size_t bytes, size_t llc_bytes)
 void bench_weights_free(bench_weights *w)
 {
     int i;
+    bench_onednn_free(w->onednn);
+    for (i = 0; w->dev_b && i < w->dev_copies; i++)
+        smm_free(w->dev_ctx, w->dev_b[i]);
+    for (i = 0; w->dev_scale_b && i < w->dev_copies; i++)
+        smm_free(w->dev_ctx, w->dev_scale_b[i]);
+    free(w->dev_b);
+    free(w->dev_scale_b);
     for (i = 0; w->b && i < w->copies; i++)
         free(w->b[i]);
     for (i = 0; w->scale_b && i < w->copies; i++)

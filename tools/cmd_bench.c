@@ -3,12 +3,16 @@
  * M, and the results table. The measurement itself is bench_point (bench.h).
  */
 #include <cblas.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "bench.h"
+#include "bench_onednn.h"
 #include "buffers.h"
 #include "cli.h"
 #include "commands.h"
@@ -29,7 +33,7 @@ void cmd_bench_help(FILE *f)
           "                      [--backend NAME]\n"
           "                      [--threads N] [--repeats N] [--max-time SEC]\n"
           "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
-          "                      [--no-machine]\n"
+          "                      [--no-onednn] [--no-machine] [--device-api] [--quick]\n"
           "\n"
           "Times the w8a8 linear layers of real models at several token counts M.\n"
           "One layer, as vLLM serves w8a8 models, is:\n"
@@ -44,6 +48,18 @@ void cmd_bench_help(FILE *f)
           "GOPS = 2*M*N*K / layer time; weight_GBps = N*K weight bytes / layer time;\n"
           "speedup = SGEMM time / layer time, the SGEMM being OpenBLAS cblas_sgemm\n"
           "on the same problem in float32 (M x K by K x N), same thread count.\n"
+          "onednn_ms = oneDNN's s8 x s8 matmul (when the tool is built with oneDNN)\n"
+          "of the same int8 activations by the same weights, reordered once, before\n"
+          "timing, into the layout oneDNN prefers (when that is a plain one, N x K is\n"
+          "tried as well and the faster kept; the 'onednn' line says which);\n"
+          "per-channel output scales, float32 output, same thread count, same\n"
+          "weight rotation. oneDNN 2.x has no per-token x per-channel output scale,\n"
+          "so it does less epilogue work than smm_scaled_mm (no per-token scale, no\n"
+          "bf16 rounding). vs_onednn = onednn_ms / mm_ms: the throughput of\n"
+          "our smm_scaled_mm alone over oneDNN's matmul alone (quantization is\n"
+          "outside both). The 'geomean' lines give geometric means over the points\n"
+          "with M >= 128 (vs_onednn, speedup, pct_peak) and M <= 16 (vs_onednn,\n"
+          "pct_bw).\n"
           "pct_peak = GOPS / the machine's int8 peak * 100; pct_bw = weight_GBps /\n"
           "the machine's read bandwidth * 100. Both machine figures are measured\n"
           "once per run, before the layers, on the same threads (the 'peak' and\n"
@@ -66,6 +82,23 @@ void cmd_bench_help(FILE *f)
           "(memcmp). A row that differs is marked FAIL and the exit status is 1.\n"
           "Data are random from a fixed seed (printed).\n"
           "\n"
+          "On a GPU backend (rocm, cuda) every buffer is device memory (smm_malloc,\n"
+          "inputs copied with smm_memcpy) and the calls are asynchronous: after one\n"
+          "warm-up, each timed run queues L launches back to back and waits with\n"
+          "smm_synchronize (host CLOCK_MONOTONIC); one sample = run time / L, with L\n"
+          "chosen per point so that a run lasts about 20 ms; medians of the samples.\n"
+          "Weights rotate over device copies totalling more than 256 MiB (the GPU's\n"
+          "L2 is smaller). After timing, the outputs are poisoned, one more layer\n"
+          "runs, and its int8 activations, scales and bf16 output, copied back, are\n"
+          "verified as above. The default M list is then 1,16,32,2048,4096,8192, the\n"
+          "CPU baselines and CPU peak/bandwidth are skipped, and the device's copy\n"
+          "bandwidth is measured instead (the 'device_copy' line: device-to-device\n"
+          "smm_memcpy of up to 1 GiB, bytes read + written per second, median of 5\n"
+          "runs of 4 copies). The table then has launches; mm_GOPS = 2*M*N*K / mm\n"
+          "time; mm_GBps = N*K weight bytes / mm time; pct_copy_bw = mm_GBps / the\n"
+          "copy bandwidth * 100 (points with M <= 32). The 'geomean' lines cover\n"
+          "M >= 2048 (mm_GOPS) and M <= 32 (pct_copy_bw).\n"
+          "\n"
           "Options:\n"
           "      --model NAME    a model below, or 'all' (default llama-3.1-8b)\n"
           "      --checkpoint DIR  instead of --model: every linear layer of a\n"
@@ -74,7 +107,8 @@ void cmd_bench_help(FILE *f)
           "                      scales repeated per channel: the same bits); the\n"
           "                      activations are quantized dynamic per-token whatever\n"
           "                      the checkpoint's activation scheme\n"
-          "      --m LIST        comma-separated token counts (default 1,16,128,512)\n"
+          "      --m LIST        comma-separated token counts (default 1,16,128,512;\n"
+          "                      on a GPU 1,16,32,2048,4096,8192)\n"
           "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
           "                      rocm, cuda\n"
           "  -t, --threads N     threads for the backend and for OpenBLAS (default:\n"
@@ -85,8 +119,15 @@ void cmd_bench_help(FILE *f)
           "      --seed S        data seed, decimal or 0x hex (default 20240723)\n"
           "  -f, --format FMT    table (default), csv or json, on stdout\n"
           "      --no-baseline   skip the OpenBLAS SGEMM baseline\n"
+          "      --no-onednn     skip the oneDNN baseline\n"
           "      --no-machine    skip the peak and bandwidth measurement (pct_peak\n"
-          "                      and pct_bw then empty)\n"
+          "                      and pct_bw then empty; on a GPU the copy bandwidth)\n"
+          "      --device-api    time through the device API (smm_malloc, batches of\n"
+          "                      launches, smm_synchronize) as on a GPU, whatever the\n"
+          "                      backend; the default on rocm and cuda\n"
+          "      --quick         a short run: M = 1,128 (1,2048 on a GPU), at most 3\n"
+          "                      timed runs, --max-time 0.25 (explicit --m, --repeats,\n"
+          "                      --max-time win)\n"
           "  -h, --help          show this help\n"
           "\n"
           "Models (N x K per layer):\n", f);
@@ -100,8 +141,10 @@ void cmd_bench_help(FILE *f)
         fputc('\n', f);
     }
     fputs("\n"
-          "The SGEMM figures depend on OpenBLAS's kernel choice: OPENBLAS_CORETYPE\n"
-          "forces one (the 'openblas' line of the output names the one used).\n"
+          "The SGEMM baseline runs with the kernel OpenBLAS picks for this CPU: when\n"
+          "OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set (OpenBLAS reads them when it\n"
+          "is loaded), the tool restarts itself once with both unset and says so on\n"
+          "stderr. The 'openblas' line of the output names the kernel used.\n"
           "Progress goes to stderr when stderr is a terminal.\n"
           "Exit status: 0 all points verified, 1 a mismatch or a failed call, 2 bad\n"
           "command line.\n", f);
@@ -109,7 +152,8 @@ void cmd_bench_help(FILE *f)
 
 enum {
     C_MODEL, C_LAYER, C_M, C_N, C_K, C_RUNS, C_QUANT, C_MM, C_LAYER_MS, C_GOPS,
-    C_PCT_PEAK, C_GBPS, C_PCT_BW, C_SGEMM_RUNS, C_SGEMM, C_SPEEDUP, C_VERIFY, NCOLS
+    C_PCT_PEAK, C_GBPS, C_PCT_BW, C_SGEMM_RUNS, C_SGEMM, C_SPEEDUP, C_ONEDNN_RUNS,
+    C_ONEDNN, C_VS_ONEDNN, C_VERIFY, NCOLS
 };
 
 static const out_column columns[NCOLS] = {
@@ -129,8 +173,70 @@ static const out_column columns[NCOLS] = {
     { "sgemm_runs",  COL_INT,  0 },
     { "sgemm_ms",    COL_REAL, 3 },
     { "speedup",     COL_REAL, 2 },
+    { "onednn_runs", COL_INT,  0 },
+    { "onednn_ms",   COL_REAL, 3 },
+    { "vs_onednn",   COL_REAL, 2 },
     { "verify",      COL_STR,  0 },
 };
+
+/* The table of the device path (GPU backends, --device-api). */
+enum {
+    G_MODEL, G_LAYER, G_M, G_N, G_K, G_RUNS, G_LAUNCHES, G_QUANT, G_MM, G_LAYER_MS,
+    G_GOPS, G_MM_GOPS, G_MM_GBPS, G_PCT_COPY_BW, G_VERIFY, NGCOLS
+};
+
+static const out_column gpu_columns[NGCOLS] = {
+    { "model",       COL_STR,  0 },
+    { "layer",       COL_STR,  0 },
+    { "M",           COL_INT,  0 },
+    { "N",           COL_INT,  0 },
+    { "K",           COL_INT,  0 },
+    { "runs",        COL_INT,  0 },
+    { "launches",    COL_INT,  0 },
+    { "quant_ms",    COL_REAL, 4 },
+    { "mm_ms",       COL_REAL, 4 },
+    { "layer_ms",    COL_REAL, 4 },
+    { "GOPS",        COL_REAL, 1 },
+    { "mm_GOPS",     COL_REAL, 1 },
+    { "mm_GBps",     COL_REAL, 1 },
+    { "pct_copy_bw", COL_REAL, 1 },
+    { "verify",      COL_STR,  0 },
+};
+
+/* M bounds of the 'geomean' lines. */
+#define CPU_LARGE_M 128
+#define CPU_SMALL_M 16
+#define GPU_LARGE_M 2048
+#define GPU_SMALL_M 32
+
+/* Geometric means of positive values. */
+typedef struct gmean {
+    double logsum;
+    int n;
+} gmean;
+
+static void gm_add(gmean *g, double v)
+{
+    if (v > 0.0) {
+        g->logsum += log(v);
+        g->n++;
+    }
+}
+
+static double gm_get(const gmean *g)
+{
+    return g->n ? exp(g->logsum / g->n) : 0.0;
+}
+
+/* What the geomean lines and the oneDNN line collect over the rows. */
+typedef struct bench_summary {
+    int large_points, small_points;
+    gmean large_vs_onednn, large_speedup, large_pct_peak, large_mm_gops;
+    gmean small_vs_onednn, small_pct_bw, small_pct_copy_bw;
+    char impls[4][160];   /* distinct oneDNN implementations seen */
+    int nimpls;
+    char onednn_error[300];
+} bench_summary;
 
 typedef struct bench_opts {
     const model_shapes *models[8];
@@ -144,6 +250,10 @@ typedef struct bench_opts {
     uint64_t seed;
     out_format fmt;
     int baseline;
+    int onednn;           /* run the oneDNN baseline (when built with it) */
+    int device_api;       /* --device-api */
+    int quick;            /* --quick */
+    int m_given, repeats_given, max_time_given;
     int machine;          /* measure the peak and the bandwidth */
     double load_before;   /* 1-minute load average at the start, -1 unknown */
     const char *checkpoint;  /* --checkpoint DIR, or NULL */
@@ -163,6 +273,9 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         { "format",      required_argument, NULL, 'f' },
         { "no-baseline", no_argument,       NULL, 'n' },
         { "no-machine",  no_argument,       NULL, 'N' },
+        { "no-onednn",   no_argument,       NULL, 'O' },
+        { "device-api",  no_argument,       NULL, 'D' },
+        { "quick",       no_argument,       NULL, 'Q' },
         { "help",        no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -180,6 +293,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
     o->seed = DEFAULT_SEED;
     o->fmt = OUT_TABLE;
     o->baseline = 1;
+    o->onednn = bench_onednn_built();
     o->machine = 1;
 
     opterr = 0;
@@ -206,6 +320,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             if (cli_parse_long_list("bench", "--m", optarg, 1, 65536, o->m, MAX_M,
                                     &o->nm) != 0)
                 return -1;
+            o->m_given = 1;
             break;
         case 'b':
             if (cli_parse_backend("bench", "--backend", optarg, &o->backend) != 0)
@@ -220,11 +335,13 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             if (cli_parse_long("bench", "--repeats", optarg, 1, 1000, &v) != 0)
                 return -1;
             o->repeats = (int)v;
+            o->repeats_given = 1;
             break;
         case 'T':
             if (cli_parse_double("bench", "--max-time", optarg, 0.0, 86400.0,
                                  &o->max_time) != 0)
                 return -1;
+            o->max_time_given = 1;
             break;
         case 's':
             if (cli_parse_u64("bench", "--seed", optarg, &o->seed) != 0)
@@ -242,6 +359,15 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             break;
         case 'N':
             o->machine = 0;
+            break;
+        case 'O':
+            o->onednn = 0;
+            break;
+        case 'D':
+            o->device_api = 1;
+            break;
+        case 'Q':
+            o->quick = 1;
             break;
         case 'h':
             cmd_bench_help(stdout);
@@ -348,9 +474,10 @@ oom:
 
 /* Adds the metadata that describes the run. */
 static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
-                     const char *llc_source, const bench_machine *mc)
+                     const char *llc_source, const bench_machine *mc,
+                     const bench_device *dev, const bench_summary *sum)
 {
-    char buf[512];
+    char buf[1024];
     const char *ct = getenv("OPENBLAS_CORETYPE");
     int i;
 
@@ -362,10 +489,27 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
     out_meta_int(t, "threads", cfg->threads);
     snprintf(buf, sizeof buf, "%" PRIu64, cfg->seed);
     out_meta_str(t, "seed", buf);
-    snprintf(buf, sizeof buf, "%zu MiB (%s); weights rotate over copies totalling "
-             "> %zu MiB", cfg->llc_bytes >> 20, llc_source, (2 * cfg->llc_bytes) >> 20);
-    out_meta_str(t, "llc", buf);
-    if (!o->machine) {
+    if (cfg->device) {
+        snprintf(buf, sizeof buf, "weights rotate over device copies totalling > %zu MiB",
+                 BENCH_DEVICE_ROTATE_BYTES >> 20);
+        out_meta_str(t, "rotation", buf);
+        if (!o->machine)
+            snprintf(buf, sizeof buf, "not measured (--no-machine)");
+        else if (dev->copy_gbps > 0.0)
+            snprintf(buf, sizeof buf, "%.1f GB/s; device-to-device smm_memcpy of %zu MiB, "
+                     "bytes read + written, median of 5 runs of %d copies (%.2f s)",
+                     dev->copy_gbps, dev->copy_bytes >> 20, dev->copies, dev->copy_s);
+        else
+            snprintf(buf, sizeof buf, "%s", dev->how);
+        out_meta_str(t, "device_copy", buf);
+    } else {
+        snprintf(buf, sizeof buf, "%zu MiB (%s); weights rotate over copies totalling "
+                 "> %zu MiB", cfg->llc_bytes >> 20, llc_source, (2 * cfg->llc_bytes) >> 20);
+        out_meta_str(t, "llc", buf);
+    }
+    if (cfg->device) {
+        /* the CPU's peak and bandwidth say nothing about a device */
+    } else if (!o->machine) {
         out_meta_str(t, "peak", "not measured (--no-machine)");
         out_meta_str(t, "bandwidth", "not measured (--no-machine)");
     } else {
@@ -393,9 +537,16 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
     if (o->checkpoint)
         out_meta_str(t, "weights", "the checkpoint's int8 weights and weight scales; "
                      "activations random bf16, quantized dynamic per-token");
-    out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
-                 "smm_scaled_mm (per-token x per-channel, bf16 out); medians after "
-                 "one warm-up");
+    if (cfg->device)
+        out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
+                     "smm_scaled_mm (per-token x per-channel, bf16 out), device memory; "
+                     "a timed run = 'launches' launches back to back + smm_synchronize "
+                     "(host CLOCK_MONOTONIC), a sample = run / launches; medians after "
+                     "one warm-up");
+    else
+        out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
+                     "smm_scaled_mm (per-token x per-channel, bf16 out); medians after "
+                     "one warm-up");
     snprintf(buf, sizeof buf, "at most %d timed runs per measurement, fewer once "
              "they took %g s", cfg->repeats, cfg->max_time);
     out_meta_str(t, "runs", buf);
@@ -403,11 +554,81 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         snprintf(buf, sizeof buf, "%s; core %s; OPENBLAS_CORETYPE=%s",
                  openblas_get_config(), openblas_get_corename(), ct ? ct : "(unset)");
         out_meta_str(t, "openblas", buf);
-    } else {
+    } else if (!cfg->device) {
         out_meta_str(t, "openblas", "baseline skipped (--no-baseline)");
+    }
+    if (!cfg->device) {
+        if (cfg->onednn) {
+            bench_onednn_describe(buf, sizeof buf);
+            for (i = 0; i < sum->nimpls; i++)
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s",
+                         i ? "; " : "; implementation: ", sum->impls[i]);
+            if (sum->onednn_error[0])
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; %s",
+                         sum->onednn_error);
+        } else if (bench_onednn_built()) {
+            snprintf(buf, sizeof buf, "baseline skipped (--no-onednn)");
+        } else {
+            bench_onednn_describe(buf, sizeof buf);
+        }
+        out_meta_str(t, "onednn", buf);
     }
     out_meta_str(t, "verify", "rows 0, M/2, M-1 of every point equal the reference "
                  "bit for bit (int8 row, scale, bf16 output)");
+    if (cfg->device) {
+        buf[0] = '\0';
+        if (sum->large_mm_gops.n)
+            snprintf(buf, sizeof buf, "M >= %d, %d point%s: mm_GOPS %.1f", GPU_LARGE_M,
+                     sum->large_points, sum->large_points == 1 ? "" : "s",
+                     gm_get(&sum->large_mm_gops));
+        if (buf[0])
+            out_meta_str(t, "geomean_large", buf);
+        buf[0] = '\0';
+        if (sum->small_pct_copy_bw.n)
+            snprintf(buf, sizeof buf, "M <= %d, %d point%s: pct_copy_bw %.1f", GPU_SMALL_M,
+                     sum->small_points, sum->small_points == 1 ? "" : "s",
+                     gm_get(&sum->small_pct_copy_bw));
+        if (buf[0])
+            out_meta_str(t, "geomean_small", buf);
+    } else {
+        if (sum->large_points > 0) {
+            const char *sep = " ";
+            snprintf(buf, sizeof buf, "M >= %d, %d point%s:", CPU_LARGE_M,
+                     sum->large_points, sum->large_points == 1 ? "" : "s");
+            if (sum->large_vs_onednn.n) {
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%svs_onednn %.2f",
+                         sep, gm_get(&sum->large_vs_onednn));
+                sep = ", ";
+            }
+            if (sum->large_speedup.n) {
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%sspeedup %.2f",
+                         sep, gm_get(&sum->large_speedup));
+                sep = ", ";
+            }
+            if (sum->large_pct_peak.n) {
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%spct_peak %.1f",
+                         sep, gm_get(&sum->large_pct_peak));
+                sep = ", ";
+            }
+            out_meta_str(t, "geomean_large", buf);
+        }
+        if (sum->small_points > 0) {
+            const char *sep = " ";
+            snprintf(buf, sizeof buf, "M <= %d, %d point%s:", CPU_SMALL_M,
+                     sum->small_points, sum->small_points == 1 ? "" : "s");
+            if (sum->small_vs_onednn.n) {
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%svs_onednn %.2f",
+                         sep, gm_get(&sum->small_vs_onednn));
+                sep = ", ";
+            }
+            if (sum->small_pct_bw.n) {
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%spct_bw %.1f",
+                         sep, gm_get(&sum->small_pct_bw));
+                sep = ", ";
+            }
+            out_meta_str(t, "geomean_small", buf);
+        }
+    }
     if (o->load_before >= 0.0) {
         double after = -1.0;
         getloadavg(&after, 1);
@@ -418,10 +639,11 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
     }
 }
 
-/* Fills one row of the table from a point's result. */
+/* Fills one row of the table from a point's result (r NULL or !status_ok:
+ * only the shape and the verdict). */
 static void add_row(out_table *t, const model_shapes *model, const model_layer *layer,
                     int64_t m, const bench_result *r, int status_ok, const char *verify,
-                    const bench_machine *mc)
+                    const bench_machine *mc, bench_summary *sum)
 {
     int row = out_add_row(t);
     if (row < 0)
@@ -437,43 +659,157 @@ static void add_row(out_table *t, const model_shapes *model, const model_layer *
     {
         const double ops = 2.0 * (double)m * (double)layer->n * (double)layer->k;
         const double bytes = (double)layer->n * (double)layer->k;
+        const int large = m >= CPU_LARGE_M, small = m <= CPU_SMALL_M;
+        sum->large_points += large;
+        sum->small_points += small;
         out_set_int(t, row, C_RUNS, r->runs);
         out_set_real(t, row, C_QUANT, r->quant_s * 1e3);
         out_set_real(t, row, C_MM, r->mm_s * 1e3);
         out_set_real(t, row, C_LAYER_MS, r->layer_s * 1e3);
         out_set_real(t, row, C_GOPS, ops / r->layer_s * 1e-9);
         out_set_real(t, row, C_GBPS, bytes / r->layer_s * 1e-9);
-        if (mc->peak_gops > 0.0)
-            out_set_real(t, row, C_PCT_PEAK, ops / r->layer_s * 1e-9 / mc->peak_gops * 100.0);
-        if (mc->bw_gbps > 0.0)
-            out_set_real(t, row, C_PCT_BW, bytes / r->layer_s * 1e-9 / mc->bw_gbps * 100.0);
+        if (mc->peak_gops > 0.0) {
+            const double pct = ops / r->layer_s * 1e-9 / mc->peak_gops * 100.0;
+            out_set_real(t, row, C_PCT_PEAK, pct);
+            if (large)
+                gm_add(&sum->large_pct_peak, pct);
+        }
+        if (mc->bw_gbps > 0.0) {
+            const double pct = bytes / r->layer_s * 1e-9 / mc->bw_gbps * 100.0;
+            out_set_real(t, row, C_PCT_BW, pct);
+            if (small)
+                gm_add(&sum->small_pct_bw, pct);
+        }
         if (r->sgemm_runs > 0) {
             out_set_int(t, row, C_SGEMM_RUNS, r->sgemm_runs);
             out_set_real(t, row, C_SGEMM, r->sgemm_s * 1e3);
             out_set_real(t, row, C_SPEEDUP, r->sgemm_s / r->layer_s);
+            if (large)
+                gm_add(&sum->large_speedup, r->sgemm_s / r->layer_s);
+        }
+        if (r->onednn_runs > 0) {
+            int i;
+            out_set_int(t, row, C_ONEDNN_RUNS, r->onednn_runs);
+            out_set_real(t, row, C_ONEDNN, r->onednn_s * 1e3);
+            out_set_real(t, row, C_VS_ONEDNN, r->onednn_s / r->mm_s);
+            if (large)
+                gm_add(&sum->large_vs_onednn, r->onednn_s / r->mm_s);
+            if (small)
+                gm_add(&sum->small_vs_onednn, r->onednn_s / r->mm_s);
+            for (i = 0; i < sum->nimpls && strcmp(sum->impls[i], r->onednn_impl) != 0; i++)
+                ;
+            if (i == sum->nimpls && i < 4)
+                snprintf(sum->impls[sum->nimpls++], sizeof sum->impls[0], "%s",
+                         r->onednn_impl);
+        } else if (r->onednn_impl[0] && !sum->onednn_error[0]) {
+            snprintf(sum->onednn_error, sizeof sum->onednn_error, "%s %s M=%lld: %s",
+                     model->name, layer->name, (long long)m, r->onednn_impl);
         }
     }
 }
 
+/* The same for the device path's table. */
+static void add_row_device(out_table *t, const model_shapes *model, const model_layer *layer,
+                           int64_t m, const bench_result *r, int status_ok,
+                           const char *verify, const bench_device *dev, bench_summary *sum)
+{
+    int row = out_add_row(t);
+    if (row < 0)
+        return;
+    out_set_str(t, row, G_MODEL, model->name);
+    out_set_str(t, row, G_LAYER, layer->name);
+    out_set_int(t, row, G_M, m);
+    out_set_int(t, row, G_N, layer->n);
+    out_set_int(t, row, G_K, layer->k);
+    out_set_str(t, row, G_VERIFY, verify);
+    if (!status_ok)
+        return;
+    {
+        const double ops = 2.0 * (double)m * (double)layer->n * (double)layer->k;
+        const double bytes = (double)layer->n * (double)layer->k;
+        out_set_int(t, row, G_RUNS, r->runs);
+        out_set_int(t, row, G_LAUNCHES, r->launches);
+        out_set_real(t, row, G_QUANT, r->quant_s * 1e3);
+        out_set_real(t, row, G_MM, r->mm_s * 1e3);
+        out_set_real(t, row, G_LAYER_MS, r->layer_s * 1e3);
+        out_set_real(t, row, G_GOPS, ops / r->layer_s * 1e-9);
+        out_set_real(t, row, G_MM_GOPS, ops / r->mm_s * 1e-9);
+        out_set_real(t, row, G_MM_GBPS, bytes / r->mm_s * 1e-9);
+        if (m >= GPU_LARGE_M) {
+            sum->large_points++;
+            gm_add(&sum->large_mm_gops, ops / r->mm_s * 1e-9);
+        }
+        if (m <= GPU_SMALL_M) {
+            sum->small_points++;
+            if (dev->copy_gbps > 0.0) {
+                const double pct = bytes / r->mm_s * 1e-9 / dev->copy_gbps * 100.0;
+                out_set_real(t, row, G_PCT_COPY_BW, pct);
+                gm_add(&sum->small_pct_copy_bw, pct);
+            }
+        }
+    }
+}
+
+/* OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE when it is loaded,
+ * so the baseline runs with the kernel it picks itself only if they are
+ * unset from the start: restart the tool once without them. Returns when
+ * neither is set, or when the restart failed (said on stderr). */
+static void openblas_env_restart(int argc, char **argv)
+{
+    const char *names[2] = { "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE" };
+    char set[64] = "";
+    char **nargv;
+    int i;
+
+    for (i = 0; i < 2; i++)
+        if (getenv(names[i]))
+            snprintf(set + strlen(set), sizeof set - strlen(set), "%s%s",
+                     set[0] ? " and " : "", names[i]);
+    if (!set[0])
+        return;
+    nargv = calloc((size_t)argc + 2, sizeof *nargv);
+    if (!nargv)
+        return;
+    nargv[0] = (char *)"scaledmm";
+    for (i = 0; i < argc; i++)
+        nargv[i + 1] = argv[i];
+    fprintf(stderr, "scaledmm bench: %s unset, restarting so that OpenBLAS picks its own "
+            "kernel\n", set);
+    fflush(NULL);
+    for (i = 0; i < 2; i++)
+        unsetenv(names[i]);
+    execv("/proc/self/exe", nargv);
+    fprintf(stderr, "scaledmm bench: cannot restart (%s); the SGEMM baseline keeps the "
+            "kernel OpenBLAS chose at start-up\n", strerror(errno));
+    free(nargv);
+}
+
 int cmd_bench(int argc, char **argv)
 {
+    static const long gpu_m[] = { 1, 16, 32, 2048, 4096, 8192 };
     bench_opts o;
-    bench_config cfg;
+    bench_config cfg, wcfg;
     bench_machine mc;
+    bench_device dev;
+    bench_summary sum;
     ckpt_bench cb;
     out_table *t = NULL;
     const char *llc_source = "";
     smm_backend backend;
     char failures[2048] = "";
-    int rc = EXIT_PASS, total, index = 0, mi, li, pr;
+    int rc = EXIT_PASS, total, index = 0, mi, li, pr, i;
     double start = timer_now();
 
     pr = parse_options(argc, argv, &o);
     if (pr != 0)
         return pr > 0 ? EXIT_PASS : EXIT_USAGE;
+    if (o.baseline)
+        openblas_env_restart(argc, argv);
 
     memset(&cfg, 0, sizeof cfg);
     memset(&mc, 0, sizeof mc);
+    memset(&dev, 0, sizeof dev);
+    memset(&sum, 0, sizeof sum);
     memset(&cb, 0, sizeof cb);
     if (o.checkpoint) {
         if (ckpt_open(&cb, o.checkpoint) != 0) {
@@ -495,17 +831,41 @@ int cmd_bench(int argc, char **argv)
         ckpt_close(&cb);
         return cli_error("bench", "cannot create the reference context");
     }
+    cfg.device = o.device_api || backend == SMM_BACKEND_ROCM || backend == SMM_BACKEND_CUDA;
+    if (!o.m_given && cfg.device) {
+        for (i = 0; i < (int)(sizeof gpu_m / sizeof gpu_m[0]); i++)
+            o.m[i] = gpu_m[i];
+        o.nm = i;
+    }
+    if (o.quick) {
+        if (!o.m_given) {
+            o.m[0] = 1;
+            o.m[1] = cfg.device ? 2048 : 128;
+            o.nm = 2;
+        }
+        if (!o.repeats_given)
+            o.repeats = 3;
+        if (!o.max_time_given)
+            o.max_time = 0.25;
+    }
     cfg.threads = o.threads > 0 ? o.threads : sysinfo_default_threads();
     if (cfg.threads < 1)
         cfg.threads = 1;
     smm_context_set_num_threads(cfg.ctx, cfg.threads);
     cfg.repeats = o.repeats;
     cfg.max_time = o.max_time;
-    cfg.baseline = o.baseline;
+    /* The CPU baselines say nothing about a device. */
+    cfg.baseline = o.baseline && !cfg.device;
+    cfg.onednn = o.onednn && !cfg.device;
     cfg.seed = o.seed;
     cfg.llc_bytes = sysinfo_llc_bytes(&llc_source);
+    /* The device path keeps one host copy of the weights (for the upload
+     * and the verification); bench_copies gives 1 for llc 0. */
+    wcfg = cfg;
+    if (cfg.device)
+        wcfg.llc_bytes = 0;
 
-    t = out_table_new(columns, NCOLS);
+    t = cfg.device ? out_table_new(gpu_columns, NGCOLS) : out_table_new(columns, NCOLS);
     if (!t) {
         rc = cli_error("bench", "out of memory");
         goto done;
@@ -514,9 +874,14 @@ int cmd_bench(int argc, char **argv)
     for (mi = 0; mi < o.nmodels; mi++)
         total += o.models[mi]->nlayers * o.nm;
     if (progress_enabled())
-        fprintf(stderr, "scaledmm bench: %s backend, %d threads, seed %" PRIu64 ", %d points\n",
-                smm_backend_name(backend), cfg.threads, cfg.seed, total);
-    if (o.machine) {
+        fprintf(stderr, "scaledmm bench: %s backend%s, %d threads, seed %" PRIu64
+                ", %d points\n", smm_backend_name(backend),
+                cfg.device ? " (device API)" : "", cfg.threads, cfg.seed, total);
+    if (o.machine && cfg.device) {
+        progress_update("measuring the device's copy bandwidth ...");
+        bench_device_measure(&dev, cfg.ctx);
+        progress_clear();
+    } else if (o.machine) {
         progress_update("measuring the int8 peak and the memory bandwidth ...");
         bench_machine_measure(&mc, cfg.threads, cfg.llc_bytes);
         progress_clear();
@@ -528,26 +893,40 @@ int cmd_bench(int argc, char **argv)
             const model_layer *layer = &model->layers[li];
             bench_weights w;
             char err[256];
-            int k;
+            int k, ok;
 
             progress_update("[%d/%d] %s %s: preparing weights ...", index + 1, total,
                             model->name, layer->name);
-            if ((o.checkpoint
-                 ? ckpt_weights_init(&w, &cfg, &cb.model->layers[li], err, sizeof err)
-                 : bench_weights_init(&w, &cfg, layer->n, layer->k, (uint64_t)mi,
-                                      (uint64_t)li, err, sizeof err)) != 0) {
+            ok = (o.checkpoint
+                  ? ckpt_weights_init(&w, &wcfg, &cb.model->layers[li], err, sizeof err)
+                  : bench_weights_init(&w, &wcfg, layer->n, layer->k, (uint64_t)mi,
+                                       (uint64_t)li, err, sizeof err)) == 0;
+            if (ok && cfg.device && bench_weights_to_device(&w, cfg.ctx, err, sizeof err) != 0) {
+                bench_weights_free(&w);
+                ok = 0;
+            }
+            if (!ok) {
                 progress_clear();
                 cli_error("bench", "%s %s: %s", model->name, layer->name, err);
-                for (k = 0; k < o.nm; k++)
-                    add_row(t, model, layer, o.m[k], NULL, 0, "ERROR", &mc);
+                for (k = 0; k < o.nm; k++) {
+                    if (cfg.device)
+                        add_row_device(t, model, layer, o.m[k], NULL, 0, "ERROR", &dev, &sum);
+                    else
+                        add_row(t, model, layer, o.m[k], NULL, 0, "ERROR", &mc, &sum);
+                }
                 index += o.nm;
                 rc = EXIT_FAILED;
                 continue;
             }
+            if (cfg.onednn) {
+                w.onednn = bench_onednn_new(&w, err, sizeof err);
+                if (!w.onednn && !sum.onednn_error[0])
+                    snprintf(sum.onednn_error, sizeof sum.onednn_error, "%s %s: error: %s",
+                             model->name, layer->name, err);
+            }
             for (k = 0; k < o.nm; k++) {
                 bench_result r;
                 const char *verify;
-                int ok;
                 progress_update("[%d/%d] %s %s M=%ld ...", ++index, total, model->name,
                                 layer->name, o.m[k]);
                 ok = bench_point(&cfg, &w, o.m[k], (uint64_t)mi, (uint64_t)li, &r) == 0;
@@ -562,14 +941,21 @@ int cmd_bench(int argc, char **argv)
                     snprintf(failures + strlen(failures), sizeof failures - strlen(failures),
                              "%s%s", failures[0] ? "; " : "", line);
                 }
-                add_row(t, model, layer, o.m[k], &r, ok && r.verified, verify, &mc);
+                if (cfg.device)
+                    add_row_device(t, model, layer, o.m[k], &r, ok && r.verified, verify,
+                                   &dev, &sum);
+                else
+                    add_row(t, model, layer, o.m[k], &r, ok && r.verified, verify, &mc,
+                            &sum);
             }
             bench_weights_free(&w);
         }
     }
     progress_clear();
+    if (sum.onednn_error[0])
+        fprintf(stderr, "scaledmm bench: warning: oneDNN baseline: %s\n", sum.onednn_error);
 
-    add_meta(t, &o, &cfg, llc_source, &mc);
+    add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum);
     if (failures[0])
         out_meta_str(t, "failures", failures);
     out_meta_real(t, "wall_s", timer_now() - start);
