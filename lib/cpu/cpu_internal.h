@@ -138,20 +138,24 @@ typedef void (*smm_cpu_vnni_panel_fn)(int64_t kq, const uint8_t *a, int64_t lda,
  * rmr), j < 4:
  *   acc[i * ldacc + j] += sum_{k < kc} a[i * lda + k] * brow[j][k]   (mod 2^32)
  * a as uint8, rows readable (and zero) up to round_up(kc, 64); brow[j] int8
- * rows, read only below kc.
+ * rows, read only below kc. pf[t] for t < npf (0 .. 4): rows of npf * kc
+ * bytes that the kernel asks the cache to fetch (into L2) while it runs,
+ * a hint only (B's next rows: the stream from memory keeps going while
+ * the rows in hand are reused from cache); nothing is read from them.
  */
 typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda, int mr,
-                                       const int8_t *const *brow, uint32_t *acc, int64_t ldacc);
+                                       const int8_t *const *brow, const int8_t *const *pf,
+                                       int npf, uint32_t *acc, int64_t ldacc);
 
 /* Register blocking and packed formats of the two vector widths (the real
  * and the emulated tables of a width share them). zmm: 8 rows x 2 panels
- * of 16 columns = 16 accumulators; row-dot 4 rows x 4 columns. ymm (16
+ * of 16 columns = 16 accumulators; row-dot 6 rows x 4 columns. ymm (16
  * registers): 6 rows x 2 panels of 8 columns = 12 accumulators; row-dot 2
  * rows x 4 columns. */
 #define SMM_CPU_VNNI512_FORMAT "cpu avx512_vnni int8 panels 16 rows x k4 + colsums"
 #define SMM_CPU_VNNI512_MR 8
 #define SMM_CPU_VNNI512_NP 2
-#define SMM_CPU_VNNI512_RMR 4
+#define SMM_CPU_VNNI512_RMR 6
 #define SMM_CPU_VNNI256_FORMAT "cpu avx_vnni int8 panels 8 rows x k4 + colsums"
 #define SMM_CPU_VNNI256_MR 6
 #define SMM_CPU_VNNI256_NP 2

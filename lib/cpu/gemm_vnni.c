@@ -65,6 +65,11 @@ static int64_t min64(int64_t x, int64_t y)
     return x < y ? x : y;
 }
 
+static int64_t max64(int64_t x, int64_t y)
+{
+    return x > y ? x : y;
+}
+
 static size_t align64(size_t x)
 {
     return (x + 63) & ~(size_t)63;
@@ -104,41 +109,129 @@ static void ones_row(int64_t kc, uint8_t *dst, int64_t ld)
 }
 
 /*
+ * One column of B into a panel: quads q0 .. ceil(kc / 4) - 1 of the row s
+ * (K values 4 q0 .. kc-1, zero past kc) at d + q * step; returns the sum of
+ * those K values (mod 2^32).
+ */
+static uint32_t pack_b_column(const int8_t *restrict s, int64_t q0, int64_t kc, int8_t *restrict d,
+                              int64_t step)
+{
+    const int64_t kq = (kc + 3) / 4, kfull = kc / 4;
+    for (int64_t q = q0; q < kfull; q++)
+        memcpy(d + q * step, s + 4 * q, 4);
+    if (kq > kfull && kq > q0) {
+        int8_t t[4] = {0, 0, 0, 0};
+        memcpy(t, s + 4 * kfull, (size_t)(kc - 4 * kfull));
+        memcpy(d + kfull * step, t, 4);
+    }
+    uint32_t sum = 0;
+    for (int64_t k = 4 * q0; k < kc; k++)
+        sum += (uint32_t)(int32_t)s[k];
+    return sum;
+}
+
+#ifdef SMM_HAVE_AVX2_BUILD
+#include <immintrin.h>
+/*
+ * 8 columns of B (rows s, s + ldb, ..., all valid), K values 0 .. 32 kb - 1,
+ * into a panel at d (column 0 of the 8 at d, quad q at d + q * step): per
+ * 32 bytes of K, an 8 x 8 transpose of 4-byte groups. When colsum is
+ * not NULL, colsum[0 .. 7] += the column sums over those K values (mod
+ * 2^32), taken from the packed quads (vpmaddubsw by ones: exact pairs in
+ * int16; vpmaddwd by ones: exact quad sums in int32; lanes added modulo
+ * 2^32).
+ */
+static __attribute__((target("avx2"))) void pack_b_8cols_avx2(const int8_t *s, int64_t ldb,
+                                                              int64_t kb, int8_t *d, int64_t step,
+                                                              uint32_t *colsum)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i cs = _mm256_setzero_si256();
+    for (int64_t blk = 0; blk < kb; blk++) {
+        const int8_t *sk = s + 32 * blk;
+        __m256i r0 = _mm256_loadu_si256((const __m256i *)(sk + 0 * ldb));
+        __m256i r1 = _mm256_loadu_si256((const __m256i *)(sk + 1 * ldb));
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(sk + 2 * ldb));
+        __m256i r3 = _mm256_loadu_si256((const __m256i *)(sk + 3 * ldb));
+        __m256i r4 = _mm256_loadu_si256((const __m256i *)(sk + 4 * ldb));
+        __m256i r5 = _mm256_loadu_si256((const __m256i *)(sk + 5 * ldb));
+        __m256i r6 = _mm256_loadu_si256((const __m256i *)(sk + 6 * ldb));
+        __m256i r7 = _mm256_loadu_si256((const __m256i *)(sk + 7 * ldb));
+        /* [r0.0 r1.0 r0.1 r1.1 | r0.4 r1.4 r0.5 r1.5] ... */
+        __m256i t0 = _mm256_unpacklo_epi32(r0, r1), t1 = _mm256_unpackhi_epi32(r0, r1);
+        __m256i t2 = _mm256_unpacklo_epi32(r2, r3), t3 = _mm256_unpackhi_epi32(r2, r3);
+        __m256i t4 = _mm256_unpacklo_epi32(r4, r5), t5 = _mm256_unpackhi_epi32(r4, r5);
+        __m256i t6 = _mm256_unpacklo_epi32(r6, r7), t7 = _mm256_unpackhi_epi32(r6, r7);
+        /* [r0..3 quad 0 | r0..3 quad 4], quads 1|5, 2|6, 3|7; rows 4..7 likewise. */
+        __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+        __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+        __m256i o[8];
+        o[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+        o[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+        o[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+        o[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+        o[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+        o[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+        o[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+        o[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+        int8_t *dq = d + 8 * blk * step;
+        for (int q = 0; q < 8; q++) {
+            _mm256_storeu_si256((__m256i *)(dq + q * step), o[q]);
+            cs = _mm256_add_epi32(cs, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, o[q]), ones16));
+        }
+    }
+    if (colsum) {
+        __m256i old = _mm256_loadu_si256((const __m256i *)colsum);
+        _mm256_storeu_si256((__m256i *)colsum, _mm256_add_epi32(old, cs));
+    }
+}
+#endif
+
+/*
  * Packs columns 0 .. cols-1 of B (rows of the N x K matrix, leading
  * dimension ldb), K values 0 .. kc-1, into np panels of nr columns at dst
  * (panel p at dst + p * ldbp; ceil(kc / 4) quads of nr x 4 bytes). Columns
  * cols .. np*nr-1 and K values past kc are 0. When colsum is not NULL,
- * colsum[j] += sum_k B[j][k] (mod 2^32) for j < cols.
+ * colsum[j] += sum_k B[j][k] (mod 2^32) for j < cols. avx2: the CPU runs
+ * AVX2 (whole groups of 8 columns and 32 K values are then transposed in
+ * vectors; the rest, and every byte otherwise, column by column).
  */
 static void pack_b_panels(const int8_t *src, int64_t ldb, int64_t cols, int np, int nr, int64_t kc,
-                          int8_t *dst, int64_t ldbp, uint32_t *colsum)
+                          int8_t *dst, int64_t ldbp, uint32_t *colsum, int avx2)
 {
-    const int64_t kq = (kc + 3) / 4, kfull = kc / 4;
+    const int64_t kq = (kc + 3) / 4;
+    const int64_t step = 4 * (int64_t)nr;
+    (void)avx2;
     for (int p = 0; p < np; p++) {
         int8_t *restrict panel = dst + p * ldbp;
-        for (int jj = 0; jj < nr; jj++) {
+        for (int jj = 0; jj < nr;) {
             const int64_t j = (int64_t)p * nr + jj;
             int8_t *restrict d = panel + jj * 4;
-            const int64_t step = 4 * (int64_t)nr;
             if (j >= cols) {
                 for (int64_t q = 0; q < kq; q++)
                     memset(d + q * step, 0, 4);
+                jj++;
                 continue;
             }
-            const int8_t *restrict s = src + j * ldb;
-            for (int64_t q = 0; q < kfull; q++)
-                memcpy(d + q * step, s + 4 * q, 4);
-            if (kq > kfull) {
-                int8_t t[4] = {0, 0, 0, 0};
-                memcpy(t, s + 4 * kfull, (size_t)(kc - 4 * kfull));
-                memcpy(d + kfull * step, t, 4);
+#ifdef SMM_HAVE_AVX2_BUILD
+            if (avx2 && jj % 8 == 0 && j + 8 <= cols && kc >= 32) {
+                const int64_t kb = kc / 32;
+                pack_b_8cols_avx2(src + j * ldb, ldb, kb, d, step, colsum ? colsum + j : NULL);
+                for (int t = 0; t < 8; t++) {
+                    const uint32_t rest = pack_b_column(src + (j + t) * ldb, 8 * kb, kc, d + 4 * t, step);
+                    if (colsum)
+                        colsum[j + t] += rest;
+                }
+                jj += 8;
+                continue;
             }
-            if (colsum) {
-                uint32_t sum = 0;
-                for (int64_t k = 0; k < kc; k++)
-                    sum += (uint32_t)(int32_t)s[k];
+#endif
+            const uint32_t sum = pack_b_column(src + j * ldb, 0, kc, d, step);
+            if (colsum)
                 colsum[j] += sum;
-            }
+            jj++;
         }
     }
 }
@@ -164,7 +257,8 @@ typedef struct vnni_packed {
 
 smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)
 {
-    const smm_cpu_vnni_kernels *v = ((const smm_cpu_state *)ctx->backend_data)->v;
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    const smm_cpu_vnni_kernels *v = st->v;
     const int64_t n = pb->n, k = pb->k, nr = v->nr;
     const int64_t groups = (n + nr - 1) / nr;
     const int64_t kp = round_up(k, 4);
@@ -205,7 +299,7 @@ smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, s
         const int64_t j0 = g * nr;
         /* b may be NULL when k == 0: nothing is read then. */
         pack_b_panels(k > 0 ? b + j0 * ldb : b, ldb, k > 0 ? min64(nr, n - j0) : 0, 1, (int)nr, k,
-                      panels + g * kp * nr, kp * nr, colsum + j0);
+                      panels + g * kp * nr, kp * nr, colsum + j0, st->k == smm_cpu_kernels_avx2);
     }
 
     pb->mem = mem;
@@ -296,6 +390,7 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
 
         if (pl->rowdot) {
             ones_row(kc, apack + mt * lda_p, lda_p);
+            const int64_t ncalls = (ma + v->rmr - 1) / v->rmr;
             for (int64_t jr = 0; jr < nt; jr += 4) {
                 const int64_t nb = min64(4, nt - jr);
                 /* Columns past the edge repeat the last one; their sums
@@ -303,9 +398,21 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                 const int8_t *brow[4];
                 for (int64_t j = 0; j < 4; j++)
                     brow[j] = p->b + (j0 + jr + min64(j, nb - 1)) * p->ldb + k0;
-                for (int64_t ir = 0; ir < ma; ir += v->rmr) {
+                /* The next 4 rows of B (same K range), fetched while these
+                 * are used: each call of the row loop asks for its share. */
+                const int8_t *next[4];
+                int nnext = 0;
+                if (jr + 4 < nt) {
+                    const int64_t nb2 = min64(4, nt - jr - 4);
+                    for (int64_t j = 0; j < nb2; j++)
+                        next[nnext++] = p->b + (j0 + jr + 4 + j) * p->ldb + k0;
+                }
+                int64_t call = 0;
+                for (int64_t ir = 0; ir < ma; ir += v->rmr, call++) {
                     const int mr = (int)min64(v->rmr, ma - ir);
-                    v->rowdot(kc, apack + ir * lda_p, lda_p, mr, brow, acc + ir * ldacc + jr, ldacc);
+                    const int64_t f0 = call * nnext / ncalls, f1 = (call + 1) * nnext / ncalls;
+                    v->rowdot(kc, apack + ir * lda_p, lda_p, mr, brow, next + f0, (int)(f1 - f0),
+                              acc + ir * ldacc + jr, ldacc);
                 }
             }
             continue;
@@ -322,11 +429,21 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
             } else {
                 ldbp = kq * 4 * nr;
                 pack_b_panels(p->b + (j0 + jr) * p->ldb + k0, p->ldb, min64(unit, nt - jr), np, (int)nr,
-                              kc, bpack, ldbp, csrow + jr);
+                              kc, bpack, ldbp, csrow + jr, kr == smm_cpu_kernels_avx2);
                 bp = bpack;
             }
-            for (int64_t ir = 0; ir < mt; ir += v->mr) {
+            /* Unpacked B: the rows of the next column block (same K range)
+             * are fetched into L2 while this one is computed, a share per
+             * row block, so that packing them does not wait on memory. */
+            const int64_t nnext = pk ? 0 : min64(unit, max64(nt - jr - unit, 0));
+            const int64_t lines = (kc + 63) / 64, total = nnext * lines;
+            const int64_t nblk = (mt + v->mr - 1) / v->mr;
+            const int8_t *nsrc = nnext ? p->b + (j0 + jr + unit) * p->ldb + k0 : NULL;
+            int64_t blk = 0;
+            for (int64_t ir = 0; ir < mt; ir += v->mr, blk++) {
                 const int mr = (int)min64(v->mr, mt - ir);
+                for (int64_t l = blk * total / nblk; l < (blk + 1) * total / nblk; l++)
+                    __builtin_prefetch(nsrc + (l / lines) * p->ldb + min64((l % lines) * 64, kc - 1), 0, 2);
                 v->panel(kq, apack + ir * lda_p, lda_p, mr, bp, ldbp, np, acc + ir * ldacc + jr, ldacc);
             }
         }

@@ -27,6 +27,20 @@
 
 #define KATTR static inline __attribute__((always_inline, target("avx2,fma,avxvnni")))
 
+/* Every loop over the register block is unrolled completely (the bounds
+ * are constants at each instance), so that the accumulator arrays are
+ * scalarized into registers instead of living on the stack. */
+#define UNROLL_ALL _Pragma("GCC unroll 16")
+
+/* c + dpbusd(a, b), as _mm256_dpbusd_avx_epi32. Written as the instruction
+ * with the accumulator tied to its output: gcc (12, 13) otherwise copies
+ * every accumulator twice per step around the intrinsic. */
+KATTR __m256i dpbusd(__m256i c, __m256i a, __m256i b)
+{
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(c) : "x"(a), "x"(b));
+    return c;
+}
+
 /* The 4 bytes at p broadcast to every lane. */
 KATTR __m256i bcast4(const uint8_t *p)
 {
@@ -54,21 +68,21 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
                       const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
 {
     __m256i c[SMM_CPU_VNNI256_MR][SMM_CPU_VNNI256_NP];
-    for (int i = 0; i < MR; i++)
-        for (int p = 0; p < NP; p++)
+    UNROLL_ALL for (int i = 0; i < MR; i++)
+        UNROLL_ALL for (int p = 0; p < NP; p++)
             c[i][p] = _mm256_setzero_si256();
     for (int64_t q = 0; q < kq; q++) {
         __m256i bv[SMM_CPU_VNNI256_NP];
-        for (int p = 0; p < NP; p++)
+        UNROLL_ALL for (int p = 0; p < NP; p++)
             bv[p] = _mm256_loadu_si256((const __m256i *)(b + p * ldbp + q * 32));
-        for (int i = 0; i < MR; i++) {
+        UNROLL_ALL for (int i = 0; i < MR; i++) {
             const __m256i av = bcast4(a + i * lda + 4 * q);
-            for (int p = 0; p < NP; p++)
-                c[i][p] = _mm256_dpbusd_avx_epi32(c[i][p], av, bv[p]);
+            UNROLL_ALL for (int p = 0; p < NP; p++)
+                c[i][p] = dpbusd(c[i][p], av, bv[p]);
         }
     }
-    for (int i = 0; i < MR; i++)
-        for (int p = 0; p < NP; p++) {
+    UNROLL_ALL for (int i = 0; i < MR; i++)
+        UNROLL_ALL for (int p = 0; p < NP; p++) {
             uint32_t *d = acc + i * ldacc + p * 8;
             __m256i old = _mm256_loadu_si256((const __m256i *)d);
             _mm256_storeu_si256((__m256i *)d, _mm256_add_epi32(old, c[i][p]));
@@ -95,6 +109,21 @@ panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b, int64_
     }
 }
 
+/* Asks for the cache line at offset k of each of the npf rows (a hint;
+ * the lines go to L2: they are read by the next calls, not this one). */
+KATTR void prefetch_rows(const int8_t *p0, const int8_t *p1, const int8_t *p2, const int8_t *p3,
+                         int npf, int64_t k)
+{
+    if (npf > 0)
+        _mm_prefetch((const char *)(p0 + k), _MM_HINT_T1);
+    if (npf > 1)
+        _mm_prefetch((const char *)(p1 + k), _MM_HINT_T1);
+    if (npf > 2)
+        _mm_prefetch((const char *)(p2 + k), _MM_HINT_T1);
+    if (npf > 3)
+        _mm_prefetch((const char *)(p3 + k), _MM_HINT_T1);
+}
+
 /*
  * RMR rows of A' against 4 rows of B, 32 bytes of K per step; the last
  * step copies B's remaining bytes into a zeroed buffer (AVX2 has no byte
@@ -102,49 +131,54 @@ panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b, int64_
  * summed at the end (the sum of the lanes modulo 2^32 is the sum over K).
  */
 KATTR void rowdot_tile(const int RMR, int64_t kc, const uint8_t *a, int64_t lda,
-                       const int8_t *const *brow, uint32_t *acc, int64_t ldacc)
+                       const int8_t *const *brow, const int8_t *const *pf, int npf,
+                       uint32_t *acc, int64_t ldacc)
 {
+    const int8_t *p0 = npf > 0 ? pf[0] : NULL, *p1 = npf > 1 ? pf[1] : NULL;
+    const int8_t *p2 = npf > 2 ? pf[2] : NULL, *p3 = npf > 3 ? pf[3] : NULL;
     __m256i c[SMM_CPU_VNNI256_RMR][4];
-    for (int i = 0; i < RMR; i++)
-        for (int j = 0; j < 4; j++)
+    UNROLL_ALL for (int i = 0; i < RMR; i++)
+        UNROLL_ALL for (int j = 0; j < 4; j++)
             c[i][j] = _mm256_setzero_si256();
     int64_t k = 0;
     for (; k + 32 <= kc; k += 32) {
+        if ((k & 63) == 0)
+            prefetch_rows(p0, p1, p2, p3, npf, k);
         __m256i bv[4];
-        for (int j = 0; j < 4; j++)
+        UNROLL_ALL for (int j = 0; j < 4; j++)
             bv[j] = _mm256_loadu_si256((const __m256i *)(brow[j] + k));
-        for (int i = 0; i < RMR; i++) {
+        UNROLL_ALL for (int i = 0; i < RMR; i++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(a + i * lda + k));
-            for (int j = 0; j < 4; j++)
-                c[i][j] = _mm256_dpbusd_avx_epi32(c[i][j], av, bv[j]);
+            UNROLL_ALL for (int j = 0; j < 4; j++)
+                c[i][j] = dpbusd(c[i][j], av, bv[j]);
         }
     }
     if (k < kc) {
         __m256i bv[4];
-        for (int j = 0; j < 4; j++) {
+        UNROLL_ALL for (int j = 0; j < 4; j++) {
             int8_t t[32] = {0};
             memcpy(t, brow[j] + k, (size_t)(kc - k));
             bv[j] = _mm256_loadu_si256((const __m256i *)t);
         }
-        for (int i = 0; i < RMR; i++) {
+        UNROLL_ALL for (int i = 0; i < RMR; i++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(a + i * lda + k));
-            for (int j = 0; j < 4; j++)
-                c[i][j] = _mm256_dpbusd_avx_epi32(c[i][j], av, bv[j]);
+            UNROLL_ALL for (int j = 0; j < 4; j++)
+                c[i][j] = dpbusd(c[i][j], av, bv[j]);
         }
     }
-    for (int i = 0; i < RMR; i++)
-        for (int j = 0; j < 4; j++)
+    UNROLL_ALL for (int i = 0; i < RMR; i++)
+        UNROLL_ALL for (int j = 0; j < 4; j++)
             acc[i * ldacc + j] += hsum(c[i][j]);
 }
 
 static __attribute__((target("avx2,fma,avxvnni"))) void
 rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *brow,
-       uint32_t *acc, int64_t ldacc)
+       const int8_t *const *pf, int npf, uint32_t *acc, int64_t ldacc)
 {
     _Static_assert(SMM_CPU_VNNI256_RMR == 2, "cases below");
     switch (mr) {
-    case 1: rowdot_tile(1, kc, a, lda, brow, acc, ldacc); break;
-    case 2: rowdot_tile(2, kc, a, lda, brow, acc, ldacc); break;
+    case 1: rowdot_tile(1, kc, a, lda, brow, pf, npf, acc, ldacc); break;
+    case 2: rowdot_tile(2, kc, a, lda, brow, pf, npf, acc, ldacc); break;
     default: break;
     }
 }

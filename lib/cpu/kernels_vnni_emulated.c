@@ -76,14 +76,18 @@ static void panel8(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8
 }
 
 static void rowdot64(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *brow,
-                     uint32_t *acc, int64_t ldacc)
+                     const int8_t *const *pf, int npf, uint32_t *acc, int64_t ldacc)
 {
+    (void)pf;
+    (void)npf;
     rowdot_body(64, kc, a, lda, mr, brow, acc, ldacc);
 }
 
 static void rowdot32(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *brow,
-                     uint32_t *acc, int64_t ldacc)
+                     const int8_t *const *pf, int npf, uint32_t *acc, int64_t ldacc)
 {
+    (void)pf;
+    (void)npf;
     rowdot_body(32, kc, a, lda, mr, brow, acc, ldacc);
 }
 
