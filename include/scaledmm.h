@@ -231,8 +231,9 @@ typedef enum {
 /*
  * Allocates `bytes` bytes of the context's memory (device memory on a GPU
  * context, aligned to at least 256 bytes; host memory aligned to 64 bytes
- * elsewhere). bytes == 0 gives a valid, unique pointer. Free it with
- * smm_free on a context of the same backend.
+ * elsewhere, taken through the context's allocator). bytes == 0 gives a
+ * valid, unique pointer. Free it with smm_free on the same context, before
+ * that context is destroyed.
  * Errors (*ptr set to NULL when ptr is non-NULL): SMM_ERR_INVALID_ARG (ctx
  * or ptr NULL), SMM_ERR_NO_MEMORY, SMM_ERR_DEVICE.
  */
@@ -247,9 +248,11 @@ SMM_API smm_status smm_free(smm_context *ctx, void *ptr);
  * Copies `bytes` bytes (not elements) from src to dst in the direction
  * `kind`. On a GPU context it is ordered on the context's stream; a copy to
  * or from host memory returns when the host buffer may be reused (host to
- * device) or holds the data (device to host). bytes == 0 does nothing.
- * Errors: SMM_ERR_INVALID_ARG (ctx NULL, dst or src NULL with bytes > 0,
- * kind outside the enum, or a device kind on a context with no device),
+ * device) or holds the data (device to host). Once kind is validated,
+ * bytes == 0 does nothing.
+ * Errors: SMM_ERR_INVALID_ARG (ctx NULL, kind outside the enum, a device
+ * kind on a context with no device (even with bytes == 0), dst or src NULL
+ * with bytes > 0, or a range that wraps the address space),
  * SMM_ERR_OVERLAP (a copy within one memory whose ranges intersect),
  * SMM_ERR_DEVICE.
  */

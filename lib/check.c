@@ -79,7 +79,9 @@ static int dtype_size(smm_dtype t)
 
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
 {
-    const char *who = raw ? "smm_gemm_s8s8s32" : "smm_scaled_mm";
+    const char *who = !raw                     ? "smm_scaled_mm"
+                      : (p && p->b_packed) ? "smm_gemm_s8s8s32_packed"
+                                             : "smm_gemm_s8s8s32";
     if (!p)
         FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
     if (p->m < 0 || p->n < 0 || p->k < 0)

@@ -3,9 +3,10 @@
  *
  * Each backend is one smm_backend_ops table; adding one is its source files
  * plus one line in `registry` below. Each backend's probe runs once per
- * process and its answer (available or not, and why) is kept. The GPU
- * backends' tables come from their plugins (gpu_loader.c), loaded by the
- * probe.
+ * process, the first time that backend is asked about, and its answer
+ * (available or not, and why) is kept. The GPU backends' tables come from
+ * their plugins (gpu_loader.c), loaded by their probe: a program that only
+ * uses host backends never loads a plugin or starts a GPU runtime.
  */
 #include "config.h"
 #include "gpu_loader.h"
@@ -35,11 +36,14 @@ static const smm_backend preference[] = {
 static const smm_backend_ops *gpu_ops[NBACKENDS];   /* loaded plugins */
 static int probed_ok[NBACKENDS];
 static const char *probed_reason[NBACKENDS];
-static pthread_once_t probe_once_ctl = PTHREAD_ONCE_INIT;
+static int probed[NBACKENDS];                        /* under probe_lock */
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void probe_all(void)
+/* Probes backend b once per process (b within the enum). */
+static void probe_one(int b)
 {
-    for (int b = 0; b < NBACKENDS; b++) {
+    pthread_mutex_lock(&probe_lock);
+    if (!probed[b]) {
         const smm_backend_ops *ops = registry[b];
         if (b == SMM_BACKEND_AUTO) {
             probed_reason[b] = "AUTO is not a backend; it picks one";
@@ -54,7 +58,9 @@ static void probe_all(void)
             probed_ok[b] = ops->probe(&why) ? 1 : 0;
             probed_reason[b] = why ? why : (probed_ok[b] ? "available" : "unavailable");
         }
+        probed[b] = 1;
     }
+    pthread_mutex_unlock(&probe_lock);
 }
 
 const smm_backend_ops *smm_backend_ops_get(smm_backend b)
@@ -62,7 +68,7 @@ const smm_backend_ops *smm_backend_ops_get(smm_backend b)
     if ((int)b < 0 || (int)b >= NBACKENDS)
         return NULL;
     if (b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA) {
-        pthread_once(&probe_once_ctl, probe_all);
+        probe_one(b);
         return gpu_ops[b];
     }
     return registry[b];
@@ -75,7 +81,7 @@ SMM_API int smm_backend_available(smm_backend backend, const char **reason)
             *reason = "unknown backend";
         return 0;
     }
-    pthread_once(&probe_once_ctl, probe_all);
+    probe_one(backend);
     if (reason)
         *reason = probed_reason[backend];
     return probed_ok[backend];
