@@ -191,6 +191,24 @@ typedef struct smm_cpu_state {
 
 /* The backend's operations (gemm.c, quantize.c); arguments already
  * validated by the framework (lib/internal.h). */
+/* The tiles of C a blocked driver computes: an m x n problem cut into tiles
+ * of mc x nc (the last ones smaller), each thread with thread_bytes of
+ * scratch (tiles.c). */
+typedef struct smm_cpu_tiling {
+    int64_t m, n, mc, nc;
+    size_t thread_bytes;
+} smm_cpu_tiling;
+/* Computes the tile C[i0 .. i0+m) x [j0 .. j0+n) of the driver's job with
+ * the calling thread's scratch. */
+typedef void (*smm_cpu_tile_fn)(const void *job, unsigned char *scratch, int64_t i0, int64_t m,
+                                int64_t j0, int64_t n);
+/* Runs tile() over every tile on up to nthreads OpenMP threads (fewer when
+ * there are fewer tiles), each in the contract's floating-point
+ * environment. Allocates all scratch first: SMM_ERR_NO_MEMORY before any
+ * output is written, else SMM_OK. */
+smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthreads,
+                             smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
+
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
 smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
                           smm_packed_b *pb) SMM_INTERNAL;

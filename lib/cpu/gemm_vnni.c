@@ -460,57 +460,34 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
     }
 }
 
+/* What one tile needs (smm_cpu_run_tiles hands it to mm_tile). */
+typedef struct {
+    const smm_cpu_vnni_kernels *v;
+    const smm_cpu_kernels *kr;
+    const vplan *pl;
+    const smm_mm_problem *p;
+    const smm_cpu_epilogue *epi;
+} mm_job;
+
+static void mm_tile(const void *job, unsigned char *scratch, int64_t i0, int64_t m, int64_t j0,
+                    int64_t n)
+{
+    const mm_job *j = job;
+    run_tile(j->v, j->kr, j->pl, j->p, j->epi, scratch, i0, m, j0, n);
+}
+
 smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
-    const smm_cpu_vnni_kernels *v = st->v;
-    const smm_cpu_kernels *kr = st->k;
-    int nthreads = smm_threads(ctx);
+    const int nthreads = smm_threads(ctx);
 
     vplan pl;
-    make_plan(&pl, v, p, nthreads);
-    const int64_t ntile_total = pl.mtiles * pl.ntiles;
-    if (nthreads > ntile_total)
-        nthreads = (int)ntile_total;
-    if (nthreads < 1)
-        nthreads = 1;
-
-    /* All scratch before any output is written. */
-    unsigned char *scratch = smm_host_alloc(ctx, pl.thread_bytes * (size_t)nthreads, 64);
-    if (!scratch)
-        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%zu bytes of scratch)",
-                             pl.thread_bytes * (size_t)nthreads);
-
-    smm_cpu_epilogue epi = {
+    make_plan(&pl, st->v, p, nthreads);
+    const smm_cpu_epilogue epi = {
         p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
         p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
     };
-
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
-#endif
-    {
-        smm_fpenv env;
-        smm_fpenv_enter(&env);
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
-        unsigned char *mine = scratch + (size_t)tid * pl.thread_bytes;
-        /* Tiles in column-major order: consecutive tiles share B. */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int64_t t = 0; t < ntile_total; t++) {
-            const int64_t ti = t % pl.mtiles, tj = t / pl.mtiles;
-            const int64_t i0 = ti * pl.mc, j0 = tj * pl.nc;
-            run_tile(v, kr, &pl, p, &epi, mine, i0, min64(pl.mc, pl.m - i0), j0,
-                     min64(pl.nc, pl.n - j0));
-        }
-        smm_fpenv_leave(&env);
-    }
-
-    smm_host_free(ctx, scratch);
-    return SMM_OK;
+    const mm_job job = {st->v, st->k, &pl, p, &epi};
+    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes};
+    return smm_cpu_run_tiles(ctx, &tiling, nthreads, mm_tile, &job);
 }

@@ -1,0 +1,60 @@
+/*
+ * tiles.c - the threaded loop over the tiles of C that every blocked CPU
+ * driver shares (gemm.c for the int16 levels, gemm_vnni.c for the VNNI
+ * levels): one scratch allocation before anything is written, the
+ * contract's floating-point environment on every OpenMP worker, tiles in
+ * column-major order so that a thread's consecutive tiles share columns of
+ * B.
+ */
+#include "config.h"
+#include "cpu/cpu_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthreads,
+                             smm_cpu_tile_fn tile, const void *job)
+{
+    const int64_t mtiles = (t->m + t->mc - 1) / t->mc;
+    const int64_t ntiles = (t->n + t->nc - 1) / t->nc;
+    const int64_t total = mtiles * ntiles;
+    if (nthreads > total)
+        nthreads = (int)total;
+    if (nthreads < 1)
+        nthreads = 1;
+
+    /* All scratch before any output is written. */
+    unsigned char *scratch = smm_host_alloc(ctx, t->thread_bytes * (size_t)nthreads, 64);
+    if (!scratch)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
+                             "cpu backend: out of memory (%zu bytes of scratch)",
+                             t->thread_bytes * (size_t)nthreads);
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+#endif
+    {
+        smm_fpenv env;
+        smm_fpenv_enter(&env);
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        unsigned char *mine = scratch + (size_t)tid * t->thread_bytes;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t i = 0; i < total; i++) {
+            const int64_t i0 = (i % mtiles) * t->mc, j0 = (i / mtiles) * t->nc;
+            const int64_t mt = t->m - i0 < t->mc ? t->m - i0 : t->mc;
+            const int64_t nt = t->n - j0 < t->nc ? t->n - j0 : t->nc;
+            tile(job, mine, i0, mt, j0, nt);
+        }
+        smm_fpenv_leave(&env);
+    }
+
+    smm_host_free(ctx, scratch);
+    return SMM_OK;
+}
