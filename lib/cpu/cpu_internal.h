@@ -24,6 +24,24 @@
 #define SMM_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
+/* Small integer helpers of the blocked drivers (gemm.c, gemm_vnni.c). */
+static inline int64_t round_up(int64_t x, int64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+static inline int64_t min64(int64_t x, int64_t y)
+{
+    return x < y ? x : y;
+}
+static inline int64_t max64(int64_t x, int64_t y)
+{
+    return x > y ? x : y;
+}
+static inline size_t align64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
 /* Register block of the microkernels: MR rows of A by NR rows of B. */
 #define SMM_CPU_MR 3
 #define SMM_CPU_NR 4
@@ -198,16 +216,17 @@ typedef struct smm_cpu_tiling {
     int64_t m, n, mc, nc;
     size_t thread_bytes;
 } smm_cpu_tiling;
-/* Computes the tile C[i0 .. i0+m) x [j0 .. j0+n) of the driver's job with
- * the calling thread's scratch. */
-typedef void (*smm_cpu_tile_fn)(const void *job, unsigned char *scratch, int64_t i0, int64_t m,
-                                int64_t j0, int64_t n);
-/* Runs tile() over every tile on up to nthreads OpenMP threads (fewer when
- * there are fewer tiles), each in the contract's floating-point
- * environment. Allocates all scratch first: SMM_ERR_NO_MEMORY before any
- * output is written, else SMM_OK. */
-smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthreads,
-                             smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
+/* Computes the tile C[i0 .. i0+m) x [j0 .. j0+n) of the driver's job,
+ * writing it through epi, with the calling thread's scratch. */
+typedef void (*smm_cpu_tile_fn)(const void *job, const smm_cpu_epilogue *epi,
+                                unsigned char *scratch, int64_t i0, int64_t m, int64_t j0,
+                                int64_t n);
+/* Runs tile() over every tile of problem p on up to nthreads OpenMP threads
+ * (fewer when there are fewer tiles), each in the contract's floating-point
+ * environment, with p's epilogue. Allocates all scratch first:
+ * SMM_ERR_NO_MEMORY before any output is written, else SMM_OK. */
+smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
+                             int nthreads, smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
 
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
 smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,

@@ -291,15 +291,7 @@ const smm_cpu_kernels *const smm_cpu_kernels_avx2 = NULL;
 /* Driver                                                              */
 /* ------------------------------------------------------------------ */
 
-static int64_t round_up(int64_t x, int64_t to)
-{
-    return (x + to - 1) / to * to;
-}
 
-static int64_t min64(int64_t x, int64_t y)
-{
-    return x < y ? x : y;
-}
 
 /* Splits `total` into the fewest blocks of at most `cap` and returns an
  * equal block size, a multiple of `unit`. */
@@ -361,10 +353,6 @@ typedef struct plan {
     size_t thread_bytes;
 } plan;
 
-static size_t align64(size_t x)
-{
-    return (x + 63) & ~(size_t)63;
-}
 
 static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads)
 {
@@ -491,14 +479,13 @@ typedef struct {
     const smm_cpu_kernels *kr;
     const plan *pl;
     const smm_mm_problem *p;
-    const smm_cpu_epilogue *epi;
 } mm_job;
 
-static void mm_tile(const void *job, unsigned char *scratch, int64_t i0, int64_t m, int64_t j0,
-                    int64_t n)
+static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char *scratch,
+                    int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const mm_job *j = job;
-    run_tile(j->kr, j->pl, j->p, j->epi, scratch, i0, m, j0, n);
+    run_tile(j->kr, j->pl, j->p, epi, scratch, i0, m, j0, n);
 }
 
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
@@ -509,13 +496,9 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
 
     plan pl;
     make_plan(&pl, p, nthreads);
-    const smm_cpu_epilogue epi = {
-        p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
-        p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
-    };
-    const mm_job job = {kr, &pl, p, &epi};
+    const mm_job job = {kr, &pl, p};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes};
-    return smm_cpu_run_tiles(ctx, &tiling, nthreads, mm_tile, &job);
+    return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }
 
 smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)

@@ -55,25 +55,9 @@
 /* Row padding of packed A (the widest vector). */
 #define SMM_CPU_VNNI_APAD 64
 
-static int64_t round_up(int64_t x, int64_t to)
-{
-    return (x + to - 1) / to * to;
-}
 
-static int64_t min64(int64_t x, int64_t y)
-{
-    return x < y ? x : y;
-}
 
-static int64_t max64(int64_t x, int64_t y)
-{
-    return x > y ? x : y;
-}
 
-static size_t align64(size_t x)
-{
-    return (x + 63) & ~(size_t)63;
-}
 
 static int64_t balanced_block(int64_t total, int64_t cap, int64_t unit)
 {
@@ -466,14 +450,13 @@ typedef struct {
     const smm_cpu_kernels *kr;
     const vplan *pl;
     const smm_mm_problem *p;
-    const smm_cpu_epilogue *epi;
 } mm_job;
 
-static void mm_tile(const void *job, unsigned char *scratch, int64_t i0, int64_t m, int64_t j0,
-                    int64_t n)
+static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char *scratch,
+                    int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const mm_job *j = job;
-    run_tile(j->v, j->kr, j->pl, j->p, j->epi, scratch, i0, m, j0, n);
+    run_tile(j->v, j->kr, j->pl, j->p, epi, scratch, i0, m, j0, n);
 }
 
 smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
@@ -483,11 +466,7 @@ smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
 
     vplan pl;
     make_plan(&pl, st->v, p, nthreads);
-    const smm_cpu_epilogue epi = {
-        p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
-        p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
-    };
-    const mm_job job = {st->v, st->k, &pl, p, &epi};
+    const mm_job job = {st->v, st->k, &pl, p};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes};
-    return smm_cpu_run_tiles(ctx, &tiling, nthreads, mm_tile, &job);
+    return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }

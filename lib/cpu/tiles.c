@@ -2,7 +2,8 @@
  * tiles.c - the threaded loop over the tiles of C that every blocked CPU
  * driver shares (gemm.c for the int16 levels, gemm_vnni.c for the VNNI
  * levels): one scratch allocation before anything is written, the
- * contract's floating-point environment on every OpenMP worker, tiles in
+ * problem's epilogue, the contract's floating-point environment on every
+ * OpenMP worker, tiles in
  * column-major order so that a thread's consecutive tiles share columns of
  * B.
  */
@@ -13,8 +14,8 @@
 #include <omp.h>
 #endif
 
-smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthreads,
-                             smm_cpu_tile_fn tile, const void *job)
+smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
+                             int nthreads, smm_cpu_tile_fn tile, const void *job)
 {
     const int64_t mtiles = (t->m + t->mc - 1) / t->mc;
     const int64_t ntiles = (t->n + t->nc - 1) / t->nc;
@@ -30,6 +31,11 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthr
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
                              "cpu backend: out of memory (%zu bytes of scratch)",
                              t->thread_bytes * (size_t)nthreads);
+
+    const smm_cpu_epilogue epi = {
+        p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
+        p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
+    };
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads)
@@ -48,9 +54,8 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_cpu_tiling *t, int nthr
 #endif
         for (int64_t i = 0; i < total; i++) {
             const int64_t i0 = (i % mtiles) * t->mc, j0 = (i / mtiles) * t->nc;
-            const int64_t mt = t->m - i0 < t->mc ? t->m - i0 : t->mc;
-            const int64_t nt = t->n - j0 < t->nc ? t->n - j0 : t->nc;
-            tile(job, mine, i0, mt, j0, nt);
+            const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
+            tile(job, &epi, mine, i0, mt, j0, nt);
         }
         smm_fpenv_leave(&env);
     }
