@@ -228,6 +228,23 @@ static double gm_get(const gmean *g)
     return g->n ? exp(g->logsum / g->n) : 0.0;
 }
 
+/* "M >= 128, 8 points:", the start of a geomean summary line. */
+static void summary_head(char *buf, size_t size, const char *op, int m, int points)
+{
+    snprintf(buf, size, "M %s %d, %d point%s:", op, m, points, points == 1 ? "" : "s");
+}
+
+/* Appends " name value" (after the head) or ", name value" to a summary
+ * line; nothing when g has no samples. */
+static void gm_append(char *buf, size_t size, const char *name, int decimals, const gmean *g)
+{
+    if (!g->n)
+        return;
+    size_t len = strlen(buf);
+    snprintf(buf + len, size - len, "%s%s %.*f", buf[len - 1] == ':' ? " " : ", ", name,
+             decimals, gm_get(g));
+}
+
 /* What the geomean lines and the oneDNN line collect over the rows. */
 typedef struct bench_summary {
     int large_points, small_points;
@@ -576,56 +593,28 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
     out_meta_str(t, "verify", "rows 0, M/2, M-1 of every point equal the reference "
                  "bit for bit (int8 row, scale, bf16 output)");
     if (cfg->device) {
-        buf[0] = '\0';
-        if (sum->large_mm_gops.n)
-            snprintf(buf, sizeof buf, "M >= %d, %d point%s: mm_GOPS %.1f", GPU_LARGE_M,
-                     sum->large_points, sum->large_points == 1 ? "" : "s",
-                     gm_get(&sum->large_mm_gops));
-        if (buf[0])
+        if (sum->large_mm_gops.n) {
+            summary_head(buf, sizeof buf, ">=", GPU_LARGE_M, sum->large_points);
+            gm_append(buf, sizeof buf, "mm_GOPS", 1, &sum->large_mm_gops);
             out_meta_str(t, "geomean_large", buf);
-        buf[0] = '\0';
-        if (sum->small_pct_copy_bw.n)
-            snprintf(buf, sizeof buf, "M <= %d, %d point%s: pct_copy_bw %.1f", GPU_SMALL_M,
-                     sum->small_points, sum->small_points == 1 ? "" : "s",
-                     gm_get(&sum->small_pct_copy_bw));
-        if (buf[0])
+        }
+        if (sum->small_pct_copy_bw.n) {
+            summary_head(buf, sizeof buf, "<=", GPU_SMALL_M, sum->small_points);
+            gm_append(buf, sizeof buf, "pct_copy_bw", 1, &sum->small_pct_copy_bw);
             out_meta_str(t, "geomean_small", buf);
+        }
     } else {
         if (sum->large_points > 0) {
-            const char *sep = " ";
-            snprintf(buf, sizeof buf, "M >= %d, %d point%s:", CPU_LARGE_M,
-                     sum->large_points, sum->large_points == 1 ? "" : "s");
-            if (sum->large_vs_onednn.n) {
-                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%svs_onednn %.2f",
-                         sep, gm_get(&sum->large_vs_onednn));
-                sep = ", ";
-            }
-            if (sum->large_speedup.n) {
-                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%sspeedup %.2f",
-                         sep, gm_get(&sum->large_speedup));
-                sep = ", ";
-            }
-            if (sum->large_pct_peak.n) {
-                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%spct_peak %.1f",
-                         sep, gm_get(&sum->large_pct_peak));
-                sep = ", ";
-            }
+            summary_head(buf, sizeof buf, ">=", CPU_LARGE_M, sum->large_points);
+            gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->large_vs_onednn);
+            gm_append(buf, sizeof buf, "speedup", 2, &sum->large_speedup);
+            gm_append(buf, sizeof buf, "pct_peak", 1, &sum->large_pct_peak);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_points > 0) {
-            const char *sep = " ";
-            snprintf(buf, sizeof buf, "M <= %d, %d point%s:", CPU_SMALL_M,
-                     sum->small_points, sum->small_points == 1 ? "" : "s");
-            if (sum->small_vs_onednn.n) {
-                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%svs_onednn %.2f",
-                         sep, gm_get(&sum->small_vs_onednn));
-                sep = ", ";
-            }
-            if (sum->small_pct_bw.n) {
-                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%spct_bw %.1f",
-                         sep, gm_get(&sum->small_pct_bw));
-                sep = ", ";
-            }
+            summary_head(buf, sizeof buf, "<=", CPU_SMALL_M, sum->small_points);
+            gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->small_vs_onednn);
+            gm_append(buf, sizeof buf, "pct_bw", 1, &sum->small_pct_bw);
             out_meta_str(t, "geomean_small", buf);
         }
     }
