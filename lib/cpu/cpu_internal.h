@@ -209,22 +209,31 @@ typedef struct smm_cpu_state {
 
 /* The backend's operations (gemm.c, quantize.c); arguments already
  * validated by the framework (lib/internal.h). */
+/* Fills the part of the shared buffer that thread tid of nthreads owns
+ * (every thread calls it once, before any tile; the tiles start after all
+ * have returned). */
+typedef void (*smm_cpu_prepare_fn)(const void *job, unsigned char *shared, int tid, int nthreads);
 /* The tiles of C a blocked driver computes: an m x n problem cut into tiles
  * of mc x nc (the last ones smaller), each thread with thread_bytes of
- * scratch (tiles.c). */
+ * scratch, and shared_bytes of scratch that prepare() fills for all
+ * threads (0 and NULL: none) (tiles.c). */
 typedef struct smm_cpu_tiling {
     int64_t m, n, mc, nc;
     size_t thread_bytes;
+    size_t shared_bytes;
+    smm_cpu_prepare_fn prepare;
 } smm_cpu_tiling;
 /* Computes the tile C[i0 .. i0+m) x [j0 .. j0+n) of the driver's job,
- * writing it through epi, with the calling thread's scratch. */
+ * writing it through epi, with the calling thread's scratch and the shared
+ * buffer (read only by then). */
 typedef void (*smm_cpu_tile_fn)(const void *job, const smm_cpu_epilogue *epi,
-                                unsigned char *scratch, int64_t i0, int64_t m, int64_t j0,
-                                int64_t n);
-/* Runs tile() over every tile of problem p on up to nthreads OpenMP threads
- * (fewer when there are fewer tiles), each in the contract's floating-point
- * environment, with p's epilogue. Allocates all scratch first:
- * SMM_ERR_NO_MEMORY before any output is written, else SMM_OK. */
+                                unsigned char *scratch, const unsigned char *shared,
+                                int64_t i0, int64_t m, int64_t j0, int64_t n);
+/* Runs prepare() on every thread, then tile() over every tile of problem p,
+ * on up to nthreads OpenMP threads (fewer when there are fewer tiles), each
+ * in the contract's floating-point environment, with p's epilogue.
+ * Allocates all scratch first: SMM_ERR_NO_MEMORY before any output is
+ * written, else SMM_OK. */
 smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
                              int nthreads, smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
 

@@ -482,8 +482,9 @@ typedef struct {
 } mm_job;
 
 static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char *scratch,
-                    int64_t i0, int64_t m, int64_t j0, int64_t n)
+                    const unsigned char *shared, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
+    (void)shared;
     const mm_job *j = job;
     run_tile(j->kr, j->pl, j->p, epi, scratch, i0, m, j0, n);
 }
@@ -497,7 +498,7 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     plan pl;
     make_plan(&pl, p, nthreads);
     const mm_job job = {kr, &pl, p};
-    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes};
+    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, 0, NULL};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }
 

@@ -15,19 +15,21 @@
  *
  * Blocking (BLIS's loops, the K loop inside a tile so that the epilogue is
  * fused, as gemm.c): C is cut into tiles of mc x nc, OpenMP threads take
- * whole tiles. For one tile:
+ * whole tiles. First, once per call, the threads pack A' (uint8, all of K,
+ * zero-padded, plus a row of ones) into one buffer that every tile reads
+ * (packed per tile, it was repacked N / nc times). For one tile:
  *
  *   for each K block:
- *       pack the tile's rows of A' (uint8, K padded with zeros)   -> L2
  *       general path: for each np * nr columns:
- *           B's panels: read in place from a prepacked B, else packed
- *           here (int8, k4 x nr layout) with their column sums     -> L1
- *           for each mr rows: panel microkernel
+ *           B's panels: read in place from a prepacked B (the next
+ *           step's panels are prefetched meanwhile), else packed here
+ *           (int8, k4 x nr layout) with their column sums          -> L1
+ *           for each mr rows: panel microkernel, A' rows from L2
  *       small M (M <= SMM_CPU_VNNI_DIRECT_M), B not prepacked: B's rows
  *           are read in place, 4 at a time, by the row-dot kernel, every
  *           row of A' (plus one row of ones, which yields the column sums)
  *           against them: B streams from memory once.
- *   acc - (128 + z) * colsum -> epilogue (gemm.c's, per element)
+ *   acc - (128 + z) * colsum -> epilogue (per row, the level's)
  *
  * A prepacked B (smm_cpu_vnni_pack_b) holds B as panels over the whole of
  * K (K padded to a multiple of 4) and the column sums; a K block of a panel
@@ -300,11 +302,11 @@ smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, s
 typedef struct vplan {
     int64_t m, n, k;
     int64_t mc, nc, kc;
-    int64_t lda_p;          /* bytes per packed row of A' */
+    int64_t lda_p;          /* bytes per row of the packed A' (all of K) */
     int64_t ldacc;
-    int64_t mtiles, ntiles;
     int rowdot;             /* small M, B read in place */
-    size_t apack_bytes, bpack_bytes, acc_elems, thread_bytes;
+    size_t apack_bytes;     /* shared: M + 1 rows of A' */
+    size_t bpack_bytes, acc_elems, thread_bytes;
 } vplan;
 
 static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_problem *p,
@@ -332,27 +334,60 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
             pl->nc = round_up(pl->nc / 2, unit);
         pl->kc = SMM_CPU_VNNI_KC;
     }
-    pl->mtiles = (pl->m + pl->mc - 1) / pl->mc;
-    pl->ntiles = (pl->n + pl->nc - 1) / pl->nc;
-    pl->lda_p = round_up(min64(pl->k, pl->kc), SMM_CPU_VNNI_APAD);
-    if (pl->lda_p == 0)
-        pl->lda_p = SMM_CPU_VNNI_APAD;
+    /* Rows of A' hold all of K, padded to the widest vector; a row length
+     * that is a multiple of 1 KiB gets one more vector, so that the rows a
+     * microkernel reads together do not all map to the same L1 sets. */
+    pl->lda_p = round_up(max64(pl->k, 1), SMM_CPU_VNNI_APAD);
+    if (pl->lda_p % 1024 == 0)
+        pl->lda_p += SMM_CPU_VNNI_APAD;
     pl->ldacc = round_up(pl->nc, unit);
-    /* One more row of A' (ones) and of the accumulators (column sums). */
-    pl->apack_bytes = (size_t)(pl->mc + 1) * (size_t)pl->lda_p;
+    /* One more row of A' (ones: the row-dot path's column sums) and of the
+     * accumulators (column sums). A' is packed once per call, for every
+     * thread (prepare_a); M, K and lda were checked against the size of
+     * A's footprint, so these products fit. */
+    pl->apack_bytes = (size_t)(pl->m + 1) * (size_t)pl->lda_p;
     pl->bpack_bytes = direct || p->b_packed ? 0 : (size_t)unit * (size_t)round_up(min64(pl->k, pl->kc), 4);
     pl->acc_elems = (size_t)(pl->mc + 1) * (size_t)pl->ldacc;
-    pl->thread_bytes = align64(pl->apack_bytes) + align64(pl->bpack_bytes) +
-                       align64(pl->acc_elems * sizeof(uint32_t));
+    pl->thread_bytes = align64(pl->bpack_bytes) + align64(pl->acc_elems * sizeof(uint32_t));
 }
 
-/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C. */
+/* The rows of A' = A xor 0x80 over all of K (zero to lda_p), and the row
+ * of ones after them, split between the threads. */
+static void prepare_a(const vplan *pl, const smm_mm_problem *p, uint8_t *apack, int tid,
+                      int nthreads)
+{
+    const int64_t rows = pl->m + 1;
+    const int64_t r0 = rows * tid / nthreads, r1 = rows * (tid + 1) / nthreads;
+    const int64_t kc = pl->k > 0 ? pl->k : 0;
+    for (int64_t r = r0; r < r1; r++) {
+        if (r == pl->m)
+            ones_row(kc, apack + r * pl->lda_p, pl->lda_p);
+        else if (kc > 0)   /* a may be NULL when K == 0 */
+            pack_a(1, kc, p->a + r * p->lda, p->lda, apack + r * pl->lda_p, pl->lda_p);
+        else
+            memset(apack + r * pl->lda_p, 0, (size_t)pl->lda_p);
+    }
+}
+
+/* Asks for the lines of the np panels at b (ldbp apart), bytes [0, bytes)
+ * of each, that fall to part `part` of `parts` (a hint: into L2). */
+static void prefetch_panels(const int8_t *b, int64_t ldbp, int np, int64_t bytes, int64_t part,
+                            int64_t parts)
+{
+    const int64_t lines = (bytes + 63) / 64, total = np * lines;
+    for (int64_t l = part * total / parts; l < (part + 1) * total / parts; l++)
+        __builtin_prefetch(b + (l / lines) * ldbp + (l % lines) * 64, 0, 2);
+}
+
+/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C; a_all: the
+ * shared A' (prepare_a). */
 static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, const vplan *pl,
                      const smm_mm_problem *p, const smm_cpu_epilogue *epi, unsigned char *scratch,
-                     int64_t i0, int64_t mt, int64_t j0, int64_t nt)
+                     const uint8_t *a_all, int64_t i0, int64_t mt, int64_t j0, int64_t nt)
 {
-    uint8_t *apack = scratch;
-    scratch += align64(pl->apack_bytes);
+    /* The tile's rows of A' (the row-dot path has all M rows, i0 = 0, and
+     * reads the row of ones after them). */
+    const uint8_t *apack = a_all + i0 * pl->lda_p;
     int8_t *bpack = (int8_t *)scratch;
     scratch += align64(pl->bpack_bytes);
     uint32_t *acc = (uint32_t *)scratch;
@@ -370,10 +405,8 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
     for (int64_t k0 = 0; k0 < K; k0 += pl->kc) {
         const int64_t kc = min64(pl->kc, K - k0);
         const int64_t kq = (kc + 3) / 4;
-        pack_a(mt, kc, p->a + i0 * p->lda + k0, p->lda, apack, lda_p);
 
         if (pl->rowdot) {
-            ones_row(kc, apack + mt * lda_p, lda_p);
             const int64_t ncalls = (ma + v->rmr - 1) / v->rmr;
             for (int64_t jr = 0; jr < nt; jr += 4) {
                 const int64_t nb = min64(4, nt - jr);
@@ -395,7 +428,7 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                 for (int64_t ir = 0; ir < ma; ir += v->rmr, call++) {
                     const int mr = (int)min64(v->rmr, ma - ir);
                     const int64_t f0 = call * nnext / ncalls, f1 = (call + 1) * nnext / ncalls;
-                    v->rowdot(kc, apack + ir * lda_p, lda_p, mr, brow, next + f0, (int)(f1 - f0),
+                    v->rowdot(kc, apack + ir * lda_p + k0, lda_p, mr, brow, next + f0, (int)(f1 - f0),
                               acc + ir * ldacc + jr, ldacc);
                 }
             }
@@ -404,12 +437,26 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
 
         for (int64_t jr = 0; jr < nt; jr += unit) {
             const int np = (int)((min64(unit, nt - jr) + nr - 1) / nr);
-            const int8_t *bp;
-            int64_t ldbp;
+            const int8_t *bp, *pnext = NULL;
+            int64_t ldbp, pnext_bytes = 0;
+            int pnext_np = 0;
             if (pk) {
                 /* j0 + jr is a multiple of nr, k0 of 4. */
                 ldbp = pk->kp * nr;
                 bp = pk->panels + (j0 + jr) / nr * ldbp + k0 * nr;
+                /* The panels of the next step (the next columns, else the
+                 * tile's first ones in the next K block) are fetched into
+                 * L2 while these are used, a share per row block. */
+                int64_t jn = jr + unit, kn = k0;
+                if (jn >= nt) {
+                    jn = 0;
+                    kn = k0 + pl->kc;
+                }
+                if (kn < K) {
+                    pnext = pk->panels + (j0 + jn) / nr * ldbp + kn * nr;
+                    pnext_bytes = round_up(min64(pl->kc, K - kn), 4) * nr;
+                    pnext_np = (int)((min64(unit, nt - jn) + nr - 1) / nr);
+                }
             } else {
                 ldbp = kq * 4 * nr;
                 pack_b_panels(p->b + (j0 + jr) * p->ldb + k0, p->ldb, min64(unit, nt - jr), np, (int)nr,
@@ -428,7 +475,9 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                 const int mr = (int)min64(v->mr, mt - ir);
                 for (int64_t l = blk * total / nblk; l < (blk + 1) * total / nblk; l++)
                     __builtin_prefetch(nsrc + (l / lines) * p->ldb + min64((l % lines) * 64, kc - 1), 0, 2);
-                v->panel(kq, apack + ir * lda_p, lda_p, mr, bp, ldbp, np, acc + ir * ldacc + jr, ldacc);
+                if (pnext)
+                    prefetch_panels(pnext, ldbp, pnext_np, pnext_bytes, blk, nblk);
+                v->panel(kq, apack + ir * lda_p + k0, lda_p, mr, bp, ldbp, np, acc + ir * ldacc + jr, ldacc);
             }
         }
     }
@@ -453,10 +502,16 @@ typedef struct {
 } mm_job;
 
 static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char *scratch,
-                    int64_t i0, int64_t m, int64_t j0, int64_t n)
+                    const unsigned char *shared, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     const mm_job *j = job;
-    run_tile(j->v, j->kr, j->pl, j->p, epi, scratch, i0, m, j0, n);
+    run_tile(j->v, j->kr, j->pl, j->p, epi, scratch, shared, i0, m, j0, n);
+}
+
+static void mm_prepare(const void *job, unsigned char *shared, int tid, int nthreads)
+{
+    const mm_job *j = job;
+    prepare_a(j->pl, j->p, shared, tid, nthreads);
 }
 
 smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
@@ -467,6 +522,7 @@ smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
     vplan pl;
     make_plan(&pl, st->v, p, nthreads);
     const mm_job job = {st->v, st->k, &pl, p};
-    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes};
+    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, pl.apack_bytes,
+                                   mm_prepare};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }

@@ -1,8 +1,9 @@
 /*
  * tiles.c - the threaded loop over the tiles of C that every blocked CPU
  * driver shares (gemm.c for the int16 levels, gemm_vnni.c for the VNNI
- * levels): one scratch allocation before anything is written, the
- * problem's epilogue, the contract's floating-point environment on every
+ * levels): one scratch allocation before anything is written (a shared
+ * part, filled by the driver's prepare step on every thread, and a part
+ * per thread), the problem's epilogue, the contract's floating-point environment on every
  * OpenMP worker, tiles in
  * column-major order so that a thread's consecutive tiles share columns of
  * B.
@@ -25,12 +26,18 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     if (nthreads < 1)
         nthreads = 1;
 
-    /* All scratch before any output is written. */
-    unsigned char *scratch = smm_host_alloc(ctx, t->thread_bytes * (size_t)nthreads, 64);
-    if (!scratch)
+    /* All scratch before any output is written: the shared part first,
+     * then one part per thread. */
+    const size_t shared_bytes = align64(t->shared_bytes);
+    size_t bytes;
+    unsigned char *scratch = NULL;
+    if (__builtin_mul_overflow(t->thread_bytes, (size_t)nthreads, &bytes) ||
+        __builtin_add_overflow(bytes, shared_bytes, &bytes) ||
+        !(scratch = smm_host_alloc(ctx, bytes, 64)))
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
-                             "cpu backend: out of memory (%zu bytes of scratch)",
-                             t->thread_bytes * (size_t)nthreads);
+                             "cpu backend: out of memory (%zu bytes of scratch per thread, "
+                             "%zu shared)", t->thread_bytes, t->shared_bytes);
+    unsigned char *shared = scratch;
 
     const smm_cpu_epilogue epi = {
         p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
@@ -48,14 +55,22 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
 #else
         const int tid = 0;
 #endif
-        unsigned char *mine = scratch + (size_t)tid * t->thread_bytes;
+        unsigned char *mine = scratch + shared_bytes + (size_t)tid * t->thread_bytes;
+        if (t->prepare) {
+#ifdef _OPENMP
+            t->prepare(job, shared, tid, omp_get_num_threads());
+#pragma omp barrier
+#else
+            t->prepare(job, shared, 0, 1);
+#endif
+        }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t i = 0; i < total; i++) {
             const int64_t i0 = (i % mtiles) * t->mc, j0 = (i / mtiles) * t->nc;
             const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
-            tile(job, &epi, mine, i0, mt, j0, nt);
+            tile(job, &epi, mine, shared, i0, mt, j0, nt);
         }
         smm_fpenv_leave(&env);
     }
