@@ -118,6 +118,10 @@ extern const smm_cpu_kernels *const smm_cpu_kernels_avx2 SMM_INTERNAL;
 void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
 #ifdef SMM_HAVE_AVX2_BUILD
 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
+/* The epilogue of the AVX2 and VNNI levels, in AVX2 + FMA intrinsics
+ * (epilogue_avx2.c); the same bits as the portable one. */
+void smm_cpu_epilogue_avx2(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
+                           const uint32_t *acc, const uint32_t *colsum) SMM_INTERNAL;
 #endif
 
 /* ------------------------------------------------------------------ */

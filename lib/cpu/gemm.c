@@ -255,12 +255,16 @@ SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64
     { ukr_direct_body(3, kc, a, lda, brow, acc, ldacc); }                                      \
     static attr void pack_##sfx(int64_t rows, int64_t cols, const int8_t *src, int64_t lds,    \
                                 int16_t *dst, int64_t ldd)                                     \
-    { pack_body(rows, cols, src, lds, dst, ldd); }                                             \
-    static attr void epilogue_##sfx(const smm_cpu_epilogue *e, int64_t m, int64_t j0,          \
-                                    int64_t n, const uint32_t *acc, const uint32_t *colsum)    \
-    { epilogue_body(e, m, j0, n, acc, colsum); }
+    { pack_body(rows, cols, src, lds, dst, ldd); }
 
 SMM_DEFINE_KERNELS(c, )
+
+/* The portable epilogue; the AVX2 table uses epilogue_avx2.c's. */
+static void epilogue_c(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
+                       const uint32_t *acc, const uint32_t *colsum)
+{
+    epilogue_body(e, m, j0, n, acc, colsum);
+}
 
 const smm_cpu_kernels smm_cpu_kernels_c = {
     "c",
@@ -279,7 +283,7 @@ static const smm_cpu_kernels kernels_avx2 = {
     {NULL, ukr_packed1_avx2, ukr_packed2_avx2, ukr_packed3_avx2},
     {NULL, ukr_direct1_avx2, ukr_direct2_avx2, ukr_direct3_avx2},
     pack_avx2,
-    epilogue_avx2,
+    smm_cpu_epilogue_avx2,
     smm_cpu_quantize_rows_avx2,
 };
 const smm_cpu_kernels *const smm_cpu_kernels_avx2 = &kernels_avx2;
