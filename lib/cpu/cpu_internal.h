@@ -183,6 +183,15 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 #define SMM_CPU_VNNI256_NP 2
 #define SMM_CPU_VNNI256_RMR 2
 
+/* How far ahead (bytes) in each panel of B the panel microkernels ask for
+ * the cache line they will read (a prefetch into L1 per panel per step;
+ * lines past the panel's end are the next K block's or the next panel's,
+ * and a prefetch never faults). It keeps a stream from memory going when
+ * B is read once (small M, prepacked B). 0: none. */
+#ifndef SMM_CPU_VNNI_PF_BYTES
+#define SMM_CPU_VNNI_PF_BYTES 1024
+#endif
+
 /* One VNNI level's kernels and register blocking. */
 typedef struct smm_cpu_vnni_kernels {
     const char *name;     /* "avx512_vnni", "avx512_vnni_emulated", ... */

@@ -304,6 +304,7 @@ typedef struct vplan {
     int64_t mc, nc, kc;
     int64_t lda_p;          /* bytes per row of the packed A' (all of K) */
     int64_t ldacc;
+    int direct;             /* small M (B streams from memory once) */
     int rowdot;             /* small M, B read in place */
     size_t apack_bytes;     /* shared: M + 1 rows of A' */
     size_t bpack_bytes, acc_elems, thread_bytes;
@@ -317,6 +318,7 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
     pl->n = p->n;
     pl->k = p->k;
     const int direct = p->m <= SMM_CPU_VNNI_DIRECT_M;
+    pl->direct = direct;
     pl->rowdot = direct && !p->b_packed;
     if (direct) {
         pl->mc = pl->m;
@@ -325,7 +327,11 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
         while (nc > unit && (pl->n + nc - 1) / nc < 4 * (int64_t)nthreads)
             nc /= 2;
         pl->nc = balanced_block(pl->n, nc, unit);
-        pl->kc = SMM_CPU_VNNI_DIRECT_KC;
+        /* Row-dot: long rows of B per call. Prepacked B through the panel
+         * kernel: a K block small enough that the unit's panels stay in
+         * L1 while every row block of A' passes over them, so that B
+         * streams from memory once, without pauses. */
+        pl->kc = p->b_packed ? SMM_CPU_VNNI_KC : SMM_CPU_VNNI_DIRECT_KC;
     } else {
         pl->mc = balanced_block(pl->m, SMM_CPU_VNNI_MC, v->mr);
         pl->nc = balanced_block(pl->n, SMM_CPU_VNNI_NC, unit);
@@ -446,13 +452,15 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                 bp = pk->panels + (j0 + jr) / nr * ldbp + k0 * nr;
                 /* The panels of the next step (the next columns, else the
                  * tile's first ones in the next K block) are fetched into
-                 * L2 while these are used, a share per row block. */
+                 * L2 while these are used, a share per row block. Not at
+                 * small M: one or two row blocks would ask for them all
+                 * at once; the kernels' own prefetches keep B streaming. */
                 int64_t jn = jr + unit, kn = k0;
                 if (jn >= nt) {
                     jn = 0;
                     kn = k0 + pl->kc;
                 }
-                if (kn < K) {
+                if (kn < K && !pl->direct) {
                     pnext = pk->panels + (j0 + jn) / nr * ldbp + kn * nr;
                     pnext_bytes = round_up(min64(pl->kc, K - kn), 4) * nr;
                     pnext_np = (int)((min64(unit, nt - jn) + nr - 1) / nr);

@@ -53,8 +53,9 @@ KATTR __m512i bcast4(const uint8_t *p)
 
 /*
  * MR rows x NP panels of 16 columns: accumulator c[i][p] lane j is
- * (row i, column p * 16 + j). Per quad: NP loads of 64 bytes of B, MR
- * broadcasts of 4 bytes of A', MR * NP vpdpbusd. MR and NP are constants
+ * (row i, column p * 16 + j). Per quad: NP loads of 64 bytes of B (and NP
+ * prefetches, SMM_CPU_VNNI_PF_BYTES ahead), MR broadcasts of 4 bytes of
+ * A', MR * NP vpdpbusd. MR and NP are constants
  * at every call, so the arrays live in registers.
  */
 KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, int64_t lda,
@@ -66,8 +67,12 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
             c[i][p] = _mm512_setzero_si512();
     for (int64_t q = 0; q < kq; q++) {
         __m512i bv[SMM_CPU_VNNI512_NP];
-        UNROLL_ALL for (int p = 0; p < NP; p++)
+        UNROLL_ALL for (int p = 0; p < NP; p++) {
+#if SMM_CPU_VNNI_PF_BYTES > 0
+            _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_BYTES), _MM_HINT_T0);
+#endif
             bv[p] = _mm512_loadu_si512((const void *)(b + p * ldbp + q * 64));
+        }
         UNROLL_ALL for (int i = 0; i < MR; i++) {
             const __m512i av = bcast4(a + i * lda + 4 * q);
             UNROLL_ALL for (int p = 0; p < NP; p++)

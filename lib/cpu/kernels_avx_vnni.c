@@ -73,8 +73,15 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
             c[i][p] = _mm256_setzero_si256();
     for (int64_t q = 0; q < kq; q++) {
         __m256i bv[SMM_CPU_VNNI256_NP];
-        UNROLL_ALL for (int p = 0; p < NP; p++)
+        UNROLL_ALL for (int p = 0; p < NP; p++) {
+#if SMM_CPU_VNNI_PF_BYTES > 0
+            /* one line per two quads */
+            if ((q & 1) == 0)
+                _mm_prefetch((const char *)(b + p * ldbp + q * 32 + SMM_CPU_VNNI_PF_BYTES),
+                             _MM_HINT_T0);
+#endif
             bv[p] = _mm256_loadu_si256((const __m256i *)(b + p * ldbp + q * 32));
+        }
         UNROLL_ALL for (int i = 0; i < MR; i++) {
             const __m256i av = bcast4(a + i * lda + 4 * q);
             UNROLL_ALL for (int p = 0; p < NP; p++)
