@@ -10,7 +10,9 @@
  * together; the medians of (1) and (2) alone are reported beside it.
  * Weights (and their scales) rotate over enough copies that all copies
  * together exceed twice the last-level cache, so each timed call reads its
- * weights from memory, as a decode step does.
+ * weights from memory, as a decode step does. By default each copy is
+ * packed once with smm_pack_b, as an inference engine loads its weights,
+ * and passed as b_packed (--weights raw: the int8 rows themselves).
  * The baseline is OpenBLAS cblas_sgemm on the same problem in float32
  * (activations widened from bf16, weights as floats), same thread count,
  * weights rotated the same way; and, when the tool is built with it,
@@ -43,6 +45,9 @@ typedef struct bench_config {
                              asynchronous launches, smm_synchronize */
     uint64_t seed;        /* data seed */
     size_t llc_bytes;     /* last-level cache size */
+    int prepack;          /* host path: weights packed once per copy with
+                             smm_pack_b and passed as b_packed */
+    const char *packed_format;  /* smm_packed_b_format of those, once known */
 } bench_config;
 
 /* One layer's weights in rotation copies. */
@@ -50,6 +55,8 @@ typedef struct bench_weights {
     int64_t n, k;
     int copies;           /* int8 weight copies (with their scales) */
     int8_t **b;           /* copies x (N x K), row-major, ldb = K */
+    smm_packed_b **packed;  /* copies packed by smm_pack_b (bench_weights_pack),
+                               or NULL: b is passed raw */
     float **scale_b;      /* copies x N per-channel scales */
     int copies_f32;       /* float copies for the SGEMM baseline (0: none) */
     float **b_f32;        /* copies_f32 x (N x K), the same values as float */
@@ -70,6 +77,9 @@ int bench_copies(size_t bytes, size_t llc_bytes);
 int bench_weights_init(bench_weights *w, const bench_config *cfg, int64_t n, int64_t k,
                        uint64_t tag_model, uint64_t tag_layer, char *err, size_t errsize);
 void bench_weights_free(bench_weights *w);
+/* Packs every copy of w's weights once with smm_pack_b on ctx (sets
+ * packed). Returns 0, or -1 with the reason in err (nothing kept). */
+int bench_weights_pack(bench_weights *w, smm_context *ctx, char *err, size_t errsize);
 
 /* Bytes of weights (with their scales) the device path keeps in rotation:
  * the tool cannot ask the GPU for its L2 size through the library, so the

@@ -100,6 +100,10 @@ static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int
 
     bench_layer_args(m, w->n, w->k, p->x, p->q, p->scale_a, w->b[copy], w->scale_b[copy],
                      p->c, &qa, &ma);
+    if (w->packed) {
+        ma.b = NULL;
+        ma.b_packed = w->packed[copy];
+    }
     t0 = timer_now();
     st = smm_quantize_i8(cfg->ctx, &qa);
     t1 = timer_now();

@@ -23,6 +23,9 @@ void bench_weights_free(bench_weights *w)
 {
     int i;
     bench_onednn_free(w->onednn);
+    for (i = 0; w->packed && i < w->copies; i++)
+        smm_packed_b_destroy(w->packed[i]);
+    free(w->packed);
     for (i = 0; w->dev_b && i < w->dev_copies; i++)
         smm_free(w->dev_ctx, w->dev_b[i]);
     for (i = 0; w->dev_scale_b && i < w->dev_copies; i++)
@@ -92,4 +95,27 @@ oom:
              w->copies, w->copies_f32);
     bench_weights_free(w);
     return -1;
+}
+
+int bench_weights_pack(bench_weights *w, smm_context *ctx, char *err, size_t errsize)
+{
+    int c;
+    w->packed = calloc((size_t)w->copies, sizeof *w->packed);
+    if (!w->packed) {
+        snprintf(err, errsize, "out of memory (packed weights)");
+        return -1;
+    }
+    for (c = 0; c < w->copies; c++) {
+        smm_status st = smm_pack_b(ctx, w->n, w->k, w->b[c], w->k, &w->packed[c]);
+        if (st != SMM_OK) {
+            snprintf(err, errsize, "smm_pack_b: %s (%s)", smm_strerror(st),
+                     smm_context_last_error(ctx));
+            for (; c >= 0; c--)
+                smm_packed_b_destroy(w->packed[c]);
+            free(w->packed);
+            w->packed = NULL;
+            return -1;
+        }
+    }
+    return 0;
 }

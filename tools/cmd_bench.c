@@ -34,6 +34,7 @@ void cmd_bench_help(FILE *f)
           "                      [--threads N] [--repeats N] [--max-time SEC]\n"
           "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
           "                      [--no-onednn] [--no-machine] [--device-api] [--quick]\n"
+          "                      [--weights packed|raw]\n"
           "\n"
           "Times the w8a8 linear layers of real models at several token counts M.\n"
           "One layer, as vLLM serves w8a8 models, is:\n"
@@ -75,6 +76,11 @@ void cmd_bench_help(FILE *f)
           "cache (size from /sys/devices/system/cpu/cpu0/cache, else\n"
           "sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB), and consecutive calls use\n"
           "consecutive copies. The SGEMM's float weights rotate the same way.\n"
+          "\n"
+          "Weights are packed once per copy with smm_pack_b, before timing, and\n"
+          "passed as b_packed, as an inference engine loads them (and as oneDNN's are\n"
+          "reordered); --weights raw passes the int8 rows themselves (b, ldb = K).\n"
+          "The 'weights' line says which.\n"
           "\n"
           "Every point is verified: for rows 0, M/2 and M-1 the reference backend\n"
           "quantizes the same bf16 row and multiplies it, and the int8 row, its scale\n"
@@ -125,6 +131,8 @@ void cmd_bench_help(FILE *f)
           "      --device-api    time through the device API (smm_malloc, batches of\n"
           "                      launches, smm_synchronize) as on a GPU, whatever the\n"
           "                      backend; the default on rocm and cuda\n"
+          "      --weights W     packed (default): weights packed once per copy with\n"
+          "                      smm_pack_b; raw: the int8 rows (N x K) themselves\n"
           "      --quick         a short run: M = 1,128 (1,2048 on a GPU), at most 3\n"
           "                      timed runs, --max-time 0.25 (explicit --m, --repeats,\n"
           "                      --max-time win)\n"
@@ -272,6 +280,7 @@ typedef struct bench_opts {
     int quick;            /* --quick */
     int m_given, repeats_given, max_time_given;
     int machine;          /* measure the peak and the bandwidth */
+    int raw_weights;      /* --weights raw */
     double load_before;   /* 1-minute load average at the start, -1 unknown */
     const char *checkpoint;  /* --checkpoint DIR, or NULL */
 } bench_opts;
@@ -293,6 +302,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         { "no-onednn",   no_argument,       NULL, 'O' },
         { "device-api",  no_argument,       NULL, 'D' },
         { "quick",       no_argument,       NULL, 'Q' },
+        { "weights",     required_argument, NULL, 'W' },
         { "help",        no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -385,6 +395,15 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             break;
         case 'Q':
             o->quick = 1;
+            break;
+        case 'W':
+            if (strcmp(optarg, "packed") == 0 || strcmp(optarg, "raw") == 0) {
+                o->raw_weights = strcmp(optarg, "raw") == 0;
+            } else {
+                cli_usage_error("bench", "--weights: unknown value '%s' (expected packed "
+                                "or raw)", optarg);
+                return -1;
+            }
             break;
         case 'h':
             cmd_bench_help(stdout);
@@ -551,9 +570,17 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? " " : "",
                  o->models[i]->name);
     out_meta_str(t, "models", buf);
+    if (cfg->device)
+        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory");
+    else if (cfg->prepack)
+        snprintf(buf, sizeof buf, "packed once per copy with smm_pack_b (format \"%s\"), "
+                 "passed as b_packed", cfg->packed_format ? cfg->packed_format : "?");
+    else
+        snprintf(buf, sizeof buf, "int8 rows (N x K) passed as b (--weights raw)");
     if (o->checkpoint)
-        out_meta_str(t, "weights", "the checkpoint's int8 weights and weight scales; "
-                     "activations random bf16, quantized dynamic per-token");
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; the checkpoint's int8 weights "
+                 "and weight scales; activations random bf16, quantized dynamic per-token");
+    out_meta_str(t, "weights", buf);
     if (cfg->device)
         out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
                      "smm_scaled_mm (per-token x per-channel, bf16 out), device memory; "
@@ -846,6 +873,7 @@ int cmd_bench(int argc, char **argv)
     /* The CPU baselines say nothing about a device. */
     cfg.baseline = o.baseline && !cfg.device;
     cfg.onednn = o.onednn && !cfg.device;
+    cfg.prepack = !o.raw_weights && !cfg.device;
     cfg.seed = o.seed;
     cfg.llc_bytes = sysinfo_llc_bytes(&llc_source);
     /* The device path keeps one host copy of the weights (for the upload
@@ -893,6 +921,16 @@ int cmd_bench(int argc, char **argv)
             if (ok && cfg.device && bench_weights_to_device(&w, cfg.ctx, err, sizeof err) != 0) {
                 bench_weights_free(&w);
                 ok = 0;
+            }
+            if (ok && cfg.prepack) {
+                progress_update("[%d/%d] %s %s: packing %d weight copies ...", index + 1, total,
+                                model->name, layer->name, w.copies);
+                if (bench_weights_pack(&w, cfg.ctx, err, sizeof err) != 0) {
+                    bench_weights_free(&w);
+                    ok = 0;
+                } else {
+                    cfg.packed_format = smm_packed_b_format(w.packed[0]);
+                }
             }
             if (!ok) {
                 progress_clear();
