@@ -191,6 +191,9 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 #ifndef SMM_CPU_VNNI_PF_BYTES
 #define SMM_CPU_VNNI_PF_BYTES 1024
 #endif
+#ifndef SMM_CPU_VNNI_PF_HINT
+#define SMM_CPU_VNNI_PF_HINT _MM_HINT_T0
+#endif
 
 /* One VNNI level's kernels and register blocking. */
 typedef struct smm_cpu_vnni_kernels {

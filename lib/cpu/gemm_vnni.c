@@ -54,6 +54,9 @@
 /* M at or below which the small-M (decode) path runs, and its K block. */
 #define SMM_CPU_VNNI_DIRECT_M 16
 #define SMM_CPU_VNNI_DIRECT_KC 4096
+#ifndef SMM_CPU_VNNI_DIRECT_PACKED_KC
+#define SMM_CPU_VNNI_DIRECT_PACKED_KC 1024
+#endif
 /* Row padding of packed A (the widest vector). */
 #define SMM_CPU_VNNI_APAD 64
 
@@ -331,7 +334,7 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
          * kernel: a K block small enough that the unit's panels stay in
          * L1 while every row block of A' passes over them, so that B
          * streams from memory once, without pauses. */
-        pl->kc = p->b_packed ? SMM_CPU_VNNI_KC : SMM_CPU_VNNI_DIRECT_KC;
+        pl->kc = p->b_packed ? SMM_CPU_VNNI_DIRECT_PACKED_KC : SMM_CPU_VNNI_DIRECT_KC;
     } else {
         pl->mc = balanced_block(pl->m, SMM_CPU_VNNI_MC, v->mr);
         pl->nc = balanced_block(pl->n, SMM_CPU_VNNI_NC, unit);

@@ -69,7 +69,7 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
         __m512i bv[SMM_CPU_VNNI512_NP];
         UNROLL_ALL for (int p = 0; p < NP; p++) {
 #if SMM_CPU_VNNI_PF_BYTES > 0
-            _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_BYTES), SMM_CPU_VNNI_PF_HINT);
 #endif
             bv[p] = _mm512_loadu_si512((const void *)(b + p * ldbp + q * 64));
         }

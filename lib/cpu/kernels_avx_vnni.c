@@ -78,7 +78,7 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
             /* one line per two quads */
             if ((q & 1) == 0)
                 _mm_prefetch((const char *)(b + p * ldbp + q * 32 + SMM_CPU_VNNI_PF_BYTES),
-                             _MM_HINT_T0);
+                             SMM_CPU_VNNI_PF_HINT);
 #endif
             bv[p] = _mm256_loadu_si256((const __m256i *)(b + p * ldbp + q * 32));
         }
