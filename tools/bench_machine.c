@@ -138,7 +138,20 @@ typedef struct peak_kernel {
     peak_fn fn;
 } peak_kernel;
 
-/* Chooses the widest loop the CPU runs; NULL when none. */
+/* The rank of a CPU kernel level name (SMM_CPU_ISA's values), -1 if none. */
+static int level_rank(const char *name)
+{
+    static const char *const levels[] = { "scalar", "avx2", "avx_vnni", "avx512_vnni" };
+    int i;
+    for (i = 0; name && i < 4; i++)
+        if (strcmp(name, levels[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Chooses the widest loop the CPU runs, at or below the level SMM_CPU_ISA
+ * caps the CPU backend at (the peak of the instructions the backend may
+ * use); NULL when none. */
 static const peak_kernel *peak_choose(void)
 {
 #if BM_X86
@@ -150,9 +163,11 @@ static const peak_kernel *peak_choose(void)
           peak_avx2 },
     };
     const char *features = smm_cpu_features();
+    const int cap = level_rank(getenv("SMM_CPU_ISA"));
     size_t i;
     for (i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
-        if (has_word(features, kernels[i].feature))
+        if (has_word(features, kernels[i].feature) &&
+            (cap < 0 || level_rank(kernels[i].feature) <= cap))
             return &kernels[i];
 #endif
     return NULL;
@@ -193,7 +208,7 @@ static void measure_peak(bench_machine *mc, int threads)
 
     if (!k) {
         snprintf(mc->peak_insn, sizeof mc->peak_insn, "no int8 dot-product loop for "
-                 "this CPU");
+                 "this CPU%s", level_rank(getenv("SMM_CPU_ISA")) == 0 ? " at SMM_CPU_ISA=scalar" : "");
         return;
     }
     /* Calibration (also starts the threads and brings the clocks up):
