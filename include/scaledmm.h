@@ -169,6 +169,13 @@ SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend);
 
 /* As smm_context_create, with all of the context's allocations going
  * through `allocator` (NULL: malloc). The allocator struct is copied.
+ * Host working memory is allocated at the start of each call and freed
+ * before it returns (a failure is SMM_ERR_NO_MEMORY with nothing written);
+ * on the cpu backend a matrix multiplication takes, per thread, a tile of
+ * int32 sums and packed panels (under 1 MiB), and at the avx_vnni and
+ * avx512_vnni levels also one shifted copy of A shared by the threads:
+ * M + 1 rows of K bytes, rounded up to 64 (64 more when that is a
+ * multiple of 1024).
  * Errors: as smm_context_create, plus SMM_ERR_INVALID_ARG when the
  * allocator has a NULL alloc or free member. */
 SMM_API smm_status smm_context_create_with_allocator(smm_context **ctx,
