@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -138,13 +139,21 @@ typedef struct peak_kernel {
     peak_fn fn;
 } peak_kernel;
 
-/* The rank of a CPU kernel level name (SMM_CPU_ISA's values), -1 if none. */
+/* The rank of a CPU kernel level named as SMM_CPU_ISA names it (read as
+ * lib/cpu/cpu_backend.c reads it: any case, "c" for scalar; the portable
+ * emulations of the VNNI levels use no dot-product instruction, so they
+ * rank as scalar), -1 if none. */
 static int level_rank(const char *name)
 {
     static const char *const levels[] = { "scalar", "avx2", "avx_vnni", "avx512_vnni" };
     int i;
-    for (i = 0; name && i < 4; i++)
-        if (strcmp(name, levels[i]) == 0)
+    if (!name)
+        return -1;
+    if (strcasecmp(name, "c") == 0 || strcasecmp(name, "avx_vnni_emulated") == 0 ||
+        strcasecmp(name, "avx512_vnni_emulated") == 0)
+        return 0;
+    for (i = 0; i < 4; i++)
+        if (strcasecmp(name, levels[i]) == 0)
             return i;
     return -1;
 }
@@ -208,7 +217,7 @@ static void measure_peak(bench_machine *mc, int threads)
 
     if (!k) {
         snprintf(mc->peak_insn, sizeof mc->peak_insn, "no int8 dot-product loop for "
-                 "this CPU%s", level_rank(getenv("SMM_CPU_ISA")) == 0 ? " at SMM_CPU_ISA=scalar" : "");
+                 "this CPU%s", level_rank(getenv("SMM_CPU_ISA")) == 0 ? " at this SMM_CPU_ISA level" : "");
         return;
     }
     /* Calibration (also starts the threads and brings the clocks up):

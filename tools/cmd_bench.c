@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include "bench.h"
 #include "bench_onednn.h"
@@ -398,8 +399,8 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             o->quick = 1;
             break;
         case 'W':
-            if (strcmp(optarg, "packed") == 0 || strcmp(optarg, "raw") == 0) {
-                o->raw_weights = strcmp(optarg, "raw") == 0;
+            if (strcasecmp(optarg, "packed") == 0 || strcasecmp(optarg, "raw") == 0) {
+                o->raw_weights = strcasecmp(optarg, "raw") == 0;
             } else {
                 cli_usage_error("bench", "--weights: unknown value '%s' (expected packed "
                                 "or raw)", optarg);
