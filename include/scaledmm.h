@@ -173,9 +173,10 @@ SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend);
  * before it returns (a failure is SMM_ERR_NO_MEMORY with nothing written);
  * on the cpu backend a matrix multiplication takes, per thread, a tile of
  * int32 sums and packed panels (under 1 MiB), and at the avx_vnni and
- * avx512_vnni levels also one shifted copy of A shared by the threads:
- * M + 1 rows of K bytes, rounded up to 64 (64 more when that is a
- * multiple of 1024).
+ * avx512_vnni levels also a shifted copy of A shared by the threads: M + 1
+ * rows of K bytes rounded up to 64 (64 more when that is a multiple of
+ * 1024), or, when that exceeds 16 MiB, as many rows as fit in 16 MiB
+ * (at least one row block) at a time.
  * Errors: as smm_context_create, plus SMM_ERR_INVALID_ARG when the
  * allocator has a NULL alloc or free member. */
 SMM_API smm_status smm_context_create_with_allocator(smm_context **ctx,

@@ -9,6 +9,7 @@
  *   - odd M from 1 to 17 (the small-M path and the step past it);
  *   - prepacked B with odd N;
  *   - sums that wrap past 2^31 (K > 131071, all -128);
+ *   - a problem large enough that the VNNI levels pack A in bands of rows;
  *   - a B packed by one kernel level used on a context of another: the same
  *     format computes the same bits, another format is SMM_ERR_INVALID_ARG
  *     and writes nothing;
@@ -445,6 +446,33 @@ START_TEST(test_wrapping_sums)
 }
 END_TEST
 
+/* A problem whose shifted copy of A exceeds the 16 MiB the VNNI levels pack
+ * at a time (301 x 65600 bytes): A' is packed in two bands of rows, each
+ * band's tiles run before the next is packed (other levels: their usual
+ * path); random data, unpacked and packed B, raw accumulators and f32 with
+ * bias and per-token zero points. */
+START_TEST(test_row_bands)
+{
+    cf_rng r = tu_rng("row_bands");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
+    smm_context *cpu[3];
+    int ncpu = cpu_contexts(cpu);
+    edge e;
+    edge_alloc(&e, 300, 17, 65536);
+    for (int64_t i = 0; i < e.m * e.k; i++)
+        e.a[i] = (int8_t)(cf_rng_next(&r) >> 56);
+    for (int64_t i = 0; i < e.n * e.k; i++)
+        e.b[i] = (int8_t)(cf_rng_next(&r) >> 56);
+    e.c_dtype = SMM_DTYPE_I32;
+    check_all(ref, &cpu[1 % ncpu], 1, &e, 1, "row bands");
+    edge_epilogue(&e, &r, SMM_DTYPE_F32, 1, 1);
+    check_all(ref, &cpu[2 % ncpu], 1, &e, 1, "row bands");
+    edge_free(&e);
+    destroy_all(cpu, ncpu);
+    smm_context_destroy(ref);
+}
+END_TEST
+
 /* A B packed on one kernel level and used on another: equal formats give
  * the reference's bits, different ones SMM_ERR_INVALID_ARG naming both,
  * with C untouched. Levels the CPU lacks are capped to one it has, so
@@ -534,6 +562,7 @@ int main(void)
     tcase_add_test(tu_tcase(s, "decode", 600), test_odd_m_decode);
     tcase_add_test(tu_tcase(s, "packed", 600), test_packed_odd_n);
     tcase_add_test(tu_tcase(s, "wrap", 600), test_wrapping_sums);
+    tcase_add_test(tu_tcase(s, "bands", 600), test_row_bands);
     tcase_add_test(tu_tcase(s, "levels", 600), test_packed_across_levels);
     return tu_main(s, "check_cpu_edges");
 }

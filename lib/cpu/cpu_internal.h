@@ -226,30 +226,36 @@ typedef struct smm_cpu_state {
 /* The backend's operations (gemm.c, quantize.c); arguments already
  * validated by the framework (lib/internal.h). */
 /* Fills the part of the shared buffer that thread tid of nthreads owns
- * (every thread calls it once, before any tile; the tiles start after all
- * have returned). */
-typedef void (*smm_cpu_prepare_fn)(const void *job, unsigned char *shared, int tid, int nthreads);
+ * with what the tiles of rows r0 .. r0+rows-1 of C need (every thread
+ * calls it once per band of rows, before any tile of the band; the tiles
+ * start after all have returned). */
+typedef void (*smm_cpu_prepare_fn)(const void *job, unsigned char *shared, int tid, int nthreads,
+                                   int64_t r0, int64_t rows);
 /* The tiles of C a blocked driver computes: an m x n problem cut into tiles
  * of mc x nc (the last ones smaller), each thread with thread_bytes of
- * scratch, and shared_bytes of scratch that prepare() fills for all
- * threads (0 and NULL: none) (tiles.c). */
+ * scratch. With prepare set, the rows are taken in bands of band_rows (a
+ * multiple of mc; the last band smaller): prepare() fills shared_bytes of
+ * scratch for the band, then the band's tiles run, each handed the shared
+ * buffer offset by shared_row_bytes per row of the band above it. */
 typedef struct smm_cpu_tiling {
     int64_t m, n, mc, nc;
     size_t thread_bytes;
     size_t shared_bytes;
     smm_cpu_prepare_fn prepare;
+    int64_t band_rows;
+    size_t shared_row_bytes;
 } smm_cpu_tiling;
 /* Computes the tile C[i0 .. i0+m) x [j0 .. j0+n) of the driver's job,
  * writing it through epi, with the calling thread's scratch and the shared
- * buffer (read only by then). */
+ * buffer (read only by then; with prepare, at the tile's first row). */
 typedef void (*smm_cpu_tile_fn)(const void *job, const smm_cpu_epilogue *epi,
                                 unsigned char *scratch, const unsigned char *shared,
                                 int64_t i0, int64_t m, int64_t j0, int64_t n);
-/* Runs prepare() on every thread, then tile() over every tile of problem p,
- * on up to nthreads OpenMP threads (fewer when there are fewer tiles), each
- * in the contract's floating-point environment, with p's epilogue.
- * Allocates all scratch first: SMM_ERR_NO_MEMORY before any output is
- * written, else SMM_OK. */
+/* Runs tile() over every tile of problem p (after prepare() for each band
+ * of rows, when set), on up to nthreads OpenMP threads (fewer when there
+ * are fewer tiles), each in the contract's floating-point environment,
+ * with p's epilogue. Allocates all scratch first: SMM_ERR_NO_MEMORY before
+ * any output is written, else SMM_OK. */
 smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
                              int nthreads, smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
 

@@ -502,7 +502,7 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     plan pl;
     make_plan(&pl, p, nthreads);
     const mm_job job = {kr, &pl, p};
-    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, 0, NULL};
+    const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, 0, NULL, 0, 0};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }
 

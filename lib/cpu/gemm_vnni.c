@@ -17,7 +17,9 @@
  * fused, as gemm.c): C is cut into tiles of mc x nc, OpenMP threads take
  * whole tiles. First, once per call, the threads pack A' (uint8, all of K,
  * zero-padded, plus a row of ones) into one buffer that every tile reads
- * (packed per tile, it was repacked N / nc times). For one tile:
+ * (packed per tile, it was repacked N / nc times); above 16 MiB of A', in
+ * bands of rows, each band's tiles run before the next band is packed.
+ * For one tile:
  *
  *   for each K block:
  *       general path: for each np * nr columns:
@@ -59,6 +61,11 @@
 #endif
 /* Row padding of packed A (the widest vector). */
 #define SMM_CPU_VNNI_APAD 64
+/* The most bytes of A' packed at a time (larger problems go in bands of
+ * rows). */
+#ifndef SMM_CPU_VNNI_A_BYTES
+#define SMM_CPU_VNNI_A_BYTES ((int64_t)16 << 20)
+#endif
 
 
 
@@ -309,7 +316,9 @@ typedef struct vplan {
     int64_t ldacc;
     int direct;             /* small M (B streams from memory once) */
     int rowdot;             /* small M, B read in place */
-    size_t apack_bytes;     /* shared: M + 1 rows of A' */
+    int64_t band_rows;      /* rows of A' packed at a time (a multiple of mc,
+                               or M) */
+    size_t apack_bytes;     /* shared: band_rows + 1 rows of A' */
     size_t bpack_bytes, acc_elems, thread_bytes;
 } vplan;
 
@@ -350,29 +359,35 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
     if (pl->lda_p % 1024 == 0)
         pl->lda_p += SMM_CPU_VNNI_APAD;
     pl->ldacc = round_up(pl->nc, unit);
-    /* One more row of A' (ones: the row-dot path's column sums) and of the
-     * accumulators (column sums). A' is packed once per call, for every
-     * thread (prepare_a); M, K and lda were checked against the size of
-     * A's footprint, so these products fit. */
-    pl->apack_bytes = (size_t)(pl->m + 1) * (size_t)pl->lda_p;
+    /* A' is packed once per call by all threads (prepare_a), in bands of
+     * rows when all of it would take more than SMM_CPU_VNNI_A_BYTES (each
+     * band's tiles then read B once more). One more row of A' (ones: the
+     * row-dot path's column sums; that path has M <= mc, one band) and of
+     * the accumulators (column sums). M, K and lda were checked against
+     * the size of A's footprint, so these products fit. */
+    pl->band_rows = pl->m;
+    if ((pl->m + 1) * pl->lda_p > SMM_CPU_VNNI_A_BYTES)
+        pl->band_rows = min64(pl->m, max64(pl->mc, (SMM_CPU_VNNI_A_BYTES / pl->lda_p - 1) /
+                                                       pl->mc * pl->mc));
+    pl->apack_bytes = (size_t)(pl->band_rows + 1) * (size_t)pl->lda_p;
     pl->bpack_bytes = direct || p->b_packed ? 0 : (size_t)unit * (size_t)round_up(min64(pl->k, pl->kc), 4);
     pl->acc_elems = (size_t)(pl->mc + 1) * (size_t)pl->ldacc;
     pl->thread_bytes = align64(pl->bpack_bytes) + align64(pl->acc_elems * sizeof(uint32_t));
 }
 
-/* The rows of A' = A xor 0x80 over all of K (zero to lda_p), and the row
- * of ones after them, split between the threads. */
+/* Rows b0 .. b0+brows-1 of A' = A xor 0x80 over all of K (zero to lda_p)
+ * at apack, and a row of ones after them, split between the threads. */
 static void prepare_a(const vplan *pl, const smm_mm_problem *p, uint8_t *apack, int tid,
-                      int nthreads)
+                      int nthreads, int64_t b0, int64_t brows)
 {
-    const int64_t rows = pl->m + 1;
+    const int64_t rows = brows + 1;
     const int64_t r0 = rows * tid / nthreads, r1 = rows * (tid + 1) / nthreads;
     const int64_t kc = pl->k > 0 ? pl->k : 0;
     for (int64_t r = r0; r < r1; r++) {
-        if (r == pl->m)
+        if (r == brows)
             ones_row(kc, apack + r * pl->lda_p, pl->lda_p);
         else if (kc > 0)   /* a may be NULL when K == 0 */
-            pack_a(1, kc, p->a + r * p->lda, p->lda, apack + r * pl->lda_p, pl->lda_p);
+            pack_a(1, kc, p->a + (b0 + r) * p->lda, p->lda, apack + r * pl->lda_p, pl->lda_p);
         else
             memset(apack + r * pl->lda_p, 0, (size_t)pl->lda_p);
     }
@@ -388,15 +403,14 @@ static void prefetch_panels(const int8_t *b, int64_t ldbp, int np, int64_t bytes
         __builtin_prefetch(b + (l / lines) * ldbp + (l % lines) * 64, 0, 2);
 }
 
-/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C; a_all: the
- * shared A' (prepare_a). */
+/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C; apack: the
+ * tile's first row in the shared A' (prepare_a). */
 static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, const vplan *pl,
                      const smm_mm_problem *p, const smm_cpu_epilogue *epi, unsigned char *scratch,
-                     const uint8_t *a_all, int64_t i0, int64_t mt, int64_t j0, int64_t nt)
+                     const uint8_t *apack, int64_t i0, int64_t mt, int64_t j0, int64_t nt)
 {
-    /* The tile's rows of A' (the row-dot path has all M rows, i0 = 0, and
-     * reads the row of ones after them). */
-    const uint8_t *apack = a_all + i0 * pl->lda_p;
+    /* The row-dot path has all M rows in one band, i0 = 0, and reads the
+     * row of ones after them. */
     int8_t *bpack = (int8_t *)scratch;
     scratch += align64(pl->bpack_bytes);
     uint32_t *acc = (uint32_t *)scratch;
@@ -519,10 +533,11 @@ static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char 
     run_tile(j->v, j->kr, j->pl, j->p, epi, scratch, shared, i0, m, j0, n);
 }
 
-static void mm_prepare(const void *job, unsigned char *shared, int tid, int nthreads)
+static void mm_prepare(const void *job, unsigned char *shared, int tid, int nthreads, int64_t r0,
+                       int64_t rows)
 {
     const mm_job *j = job;
-    prepare_a(j->pl, j->p, shared, tid, nthreads);
+    prepare_a(j->pl, j->p, shared, tid, nthreads, r0, rows);
 }
 
 smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
@@ -534,6 +549,6 @@ smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
     make_plan(&pl, st->v, p, nthreads);
     const mm_job job = {st->v, st->k, &pl, p};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, pl.apack_bytes,
-                                   mm_prepare};
+                                   mm_prepare, pl.band_rows, (size_t)pl.lda_p};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
 }

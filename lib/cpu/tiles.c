@@ -2,8 +2,8 @@
  * tiles.c - the threaded loop over the tiles of C that every blocked CPU
  * driver shares (gemm.c for the int16 levels, gemm_vnni.c for the VNNI
  * levels): one scratch allocation before anything is written (a shared
- * part, filled by the driver's prepare step on every thread, and a part
- * per thread), the problem's epilogue, the contract's floating-point environment on every
+ * part, filled by the driver's prepare step on every thread for each band
+ * of rows, and a part per thread), the problem's epilogue, the contract's floating-point environment on every
  * OpenMP worker, tiles in
  * column-major order so that a thread's consecutive tiles share columns of
  * B.
@@ -20,7 +20,9 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
 {
     const int64_t mtiles = (t->m + t->mc - 1) / t->mc;
     const int64_t ntiles = (t->n + t->nc - 1) / t->nc;
-    const int64_t total = mtiles * ntiles;
+    /* Threads beyond the tiles of the largest band would have nothing to do. */
+    const int64_t band_mtiles = t->prepare ? min64(mtiles, (t->band_rows + t->mc - 1) / t->mc) : mtiles;
+    const int64_t total = band_mtiles * ntiles;
     if (nthreads > total)
         nthreads = (int)total;
     if (nthreads < 1)
@@ -51,26 +53,35 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
         smm_fpenv env;
         smm_fpenv_enter(&env);
 #ifdef _OPENMP
-        const int tid = omp_get_thread_num();
+        const int tid = omp_get_thread_num(), team = omp_get_num_threads();
 #else
-        const int tid = 0;
+        const int tid = 0, team = 1;
 #endif
         unsigned char *mine = scratch + shared_bytes + (size_t)tid * t->thread_bytes;
-        if (t->prepare) {
+        /* Without prepare, one band of all rows. Within a band, tiles in
+         * column-major order, so that a thread's consecutive tiles share
+         * columns of B. */
+        const int64_t band = t->prepare ? t->band_rows : t->m;
+        for (int64_t b0 = 0; b0 < t->m; b0 += band) {
+            const int64_t brows = min64(band, t->m - b0);
+            const int64_t bmt = (brows + t->mc - 1) / t->mc, btotal = bmt * ntiles;
+            if (t->prepare) {
+                t->prepare(job, shared, tid, team, b0, brows);
 #ifdef _OPENMP
-            t->prepare(job, shared, tid, omp_get_num_threads());
 #pragma omp barrier
-#else
-            t->prepare(job, shared, 0, 1);
 #endif
-        }
+            }
+            /* The implied barrier at the end of the loop keeps the next
+             * band's prepare() from overwriting what a tile still reads. */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t i = 0; i < total; i++) {
-            const int64_t i0 = (i % mtiles) * t->mc, j0 = (i / mtiles) * t->nc;
-            const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
-            tile(job, &epi, mine, shared, i0, mt, j0, nt);
+            for (int64_t i = 0; i < btotal; i++) {
+                const int64_t r = (i % bmt) * t->mc, i0 = b0 + r, j0 = (i / bmt) * t->nc;
+                const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
+                tile(job, &epi, mine, shared + (t->prepare ? (size_t)r * t->shared_row_bytes : 0),
+                     i0, mt, j0, nt);
+            }
         }
         smm_fpenv_leave(&env);
     }
