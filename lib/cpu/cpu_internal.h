@@ -13,6 +13,7 @@
 
 #include "internal.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -290,6 +291,21 @@ static inline float smm_cpu_bits_f32(uint32_t u)
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* y of the contract for one output (doc/numerics.md, "Epilogue"): acc the
+ * sum over K, cs the column sum (read only with a zero point z), sa and sb
+ * the two scales, bias NULL or the row's bias (element j). */
+static inline float smm_cpu_epi_value(uint32_t acc, uint32_t cs, uint32_t z, float sa, float sb,
+                                      const float *bias, int has_azp, int64_t j)
+{
+    int32_t v = (int32_t)(acc - z * cs);
+    float t = (float)v * sb;
+    if (bias)
+        return fmaf(sa, t, bias[j]);
+    if (has_azp)
+        return fmaf(sa, t, 0.0f);
+    return sa * t;
 }
 
 /* binary32 -> bfloat16, round to nearest even, any NaN -> 0x7FFF. */

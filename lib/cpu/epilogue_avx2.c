@@ -18,8 +18,8 @@
  * Every vector operation above is the correctly rounded IEEE operation in
  * the contract's environment (round to nearest, no FTZ/DAZ), so each lane
  * is bit for bit the scalar result; the n % 8 last outputs are computed
- * by the scalar code itself. Contraction is off (-ffp-contract=off); the
- * only fma is the explicit one.
+ * by the scalar code itself (smm_cpu_epi_value). Contraction is off
+ * (-ffp-contract=off); the only fma is the explicit one.
  */
 #include "config.h"
 #include "cpu/cpu_internal.h"
@@ -31,19 +31,6 @@
 
 #define ATTR __attribute__((target("avx2,fma")))
 #define VATTR static inline __attribute__((always_inline, target("avx2,fma")))
-
-/* The scalar y of one element (the tails), as gemm.c's epi_value. */
-static inline float scalar_y(uint32_t acc, uint32_t cs, uint32_t z, float sa, float sb,
-                             const float *bias, int has_azp, int64_t j)
-{
-    int32_t v = (int32_t)(acc - z * cs);
-    float t = (float)v * sb;
-    if (bias)
-        return fmaf(sa, t, bias[j]);
-    if (has_azp)
-        return fmaf(sa, t, 0.0f);
-    return sa * t;
-}
 
 /* Lanes where the binary32 bits u are a NaN: |u| > 0x7F800000 (both sides
  * below 2^31, so the signed compare is the unsigned one). */
@@ -142,7 +129,7 @@ VATTR void row(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
             _mm256_storeu_si256((__m256i *)(c + j), r);
         }
         for (; j < n; j++) {
-            uint32_t u = smm_cpu_f32_bits(scalar_y(acc[j], has_azp ? colsum[j] : 0u, z1, sa1,
+            uint32_t u = smm_cpu_f32_bits(smm_cpu_epi_value(acc[j], has_azp ? colsum[j] : 0u, z1, sa1,
                                                    sbp[pc_b ? j : 0], bias, has_azp, j));
             if ((u & 0x7FFFFFFFu) > 0x7F800000u)
                 u = 0x7FFFFFFFu;
@@ -156,7 +143,7 @@ VATTR void row(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
             store_u16x8(c + j, bf ? to_bf16(y) : to_f16(y));
         }
         for (; j < n; j++) {
-            const float y = scalar_y(acc[j], has_azp ? colsum[j] : 0u, z1, sa1, sbp[pc_b ? j : 0],
+            const float y = smm_cpu_epi_value(acc[j], has_azp ? colsum[j] : 0u, z1, sa1, sbp[pc_b ? j : 0],
                                      bias, has_azp, j);
             c[j] = bf ? smm_cpu_to_bf16(y) : smm_cpu_to_f16(y);
         }

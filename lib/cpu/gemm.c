@@ -163,19 +163,6 @@ SMM_ALWAYS_INLINE void pack_body(int64_t rows, int64_t cols, const int8_t *src, 
     }
 }
 
-/* y of the contract for one element (doc/numerics.md, "Epilogue"). */
-SMM_ALWAYS_INLINE float epi_value(uint32_t acc, uint32_t cs, uint32_t z, float sa, float sb,
-                                  const float *bias, int has_azp, int64_t j)
-{
-    int32_t v = (int32_t)(acc - z * cs);
-    float t = (float)v * sb;
-    if (bias)
-        return fmaf(sa, t, bias[j]);
-    if (has_azp)
-        return fmaf(sa, t, 0.0f);
-    return sa * t;
-}
-
 SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
                                      const uint32_t *restrict acc, const uint32_t *restrict colsum)
 {
@@ -200,7 +187,7 @@ SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64
     case SMM_DTYPE_F32: {
         float *restrict c = (float *)e->c + m * e->ldc + j0;
         for (int64_t j = 0; j < n; j++) {
-            float y = epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0], bias, has_azp, j);
+            float y = smm_cpu_epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0], bias, has_azp, j);
             uint32_t u = smm_cpu_f32_bits(y);
             if ((u & 0x7FFFFFFFu) > 0x7F800000u)
                 u = 0x7FFFFFFFu;
@@ -211,14 +198,14 @@ SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64
     case SMM_DTYPE_F16: {
         uint16_t *restrict c = (uint16_t *)e->c + m * e->ldc + j0;
         for (int64_t j = 0; j < n; j++)
-            c[j] = smm_cpu_to_f16(epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0],
+            c[j] = smm_cpu_to_f16(smm_cpu_epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0],
                                             bias, has_azp, j));
         break;
     }
     case SMM_DTYPE_BF16: {
         uint16_t *restrict c = (uint16_t *)e->c + m * e->ldc + j0;
         for (int64_t j = 0; j < n; j++)
-            c[j] = smm_cpu_to_bf16(epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0],
+            c[j] = smm_cpu_to_bf16(smm_cpu_epi_value(acc[j], colsum[j * csi], z, sa, sbp[pc_b ? j : 0],
                                              bias, has_azp, j));
         break;
     }
