@@ -393,8 +393,9 @@ static void prepare_a(const vplan *pl, const smm_mm_problem *p, uint8_t *apack, 
     }
 }
 
-/* Asks for the lines of the np panels at b (ldbp apart), bytes [0, bytes)
- * of each, that fall to part `part` of `parts` (a hint: into L2). */
+/* Asks for the lines of the np rows or panels of B at b (ldbp apart),
+ * bytes [0, bytes) of each, that fall to part `part` of `parts` (a hint:
+ * into L2). */
 static void prefetch_panels(const int8_t *b, int64_t ldbp, int np, int64_t bytes, int64_t part,
                             int64_t parts)
 {
@@ -460,48 +461,50 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
 
         for (int64_t jr = 0; jr < nt; jr += unit) {
             const int np = (int)((min64(unit, nt - jr) + nr - 1) / nr);
-            const int8_t *bp, *pnext = NULL;
-            int64_t ldbp, pnext_bytes = 0;
-            int pnext_np = 0;
+            /* What B the next step reads, fetched into L2 while this one
+             * is computed, a share per row block (pf NULL: nothing). */
+            const int8_t *bp, *pf = NULL;
+            int64_t ldbp, pf_ld = 0, pf_bytes = 0;
+            int pf_n = 0;
             if (pk) {
                 /* j0 + jr is a multiple of nr, k0 of 4. */
                 ldbp = pk->kp * nr;
                 bp = pk->panels + (j0 + jr) / nr * ldbp + k0 * nr;
-                /* The panels of the next step (the next columns, else the
-                 * tile's first ones in the next K block) are fetched into
-                 * L2 while these are used, a share per row block. Not at
-                 * small M: one or two row blocks would ask for them all
-                 * at once; the kernels' own prefetches keep B streaming. */
+                /* The panels of the next step: the next columns, else the
+                 * tile's first ones in the next K block. Not at small M:
+                 * one or two row blocks would ask for them all at once;
+                 * the kernels' own prefetches keep B streaming. */
                 int64_t jn = jr + unit, kn = k0;
                 if (jn >= nt) {
                     jn = 0;
                     kn = k0 + pl->kc;
                 }
                 if (kn < K && !pl->direct) {
-                    pnext = pk->panels + (j0 + jn) / nr * ldbp + kn * nr;
-                    pnext_bytes = round_up(min64(pl->kc, K - kn), 4) * nr;
-                    pnext_np = (int)((min64(unit, nt - jn) + nr - 1) / nr);
+                    pf = pk->panels + (j0 + jn) / nr * ldbp + kn * nr;
+                    pf_ld = ldbp;
+                    pf_bytes = round_up(min64(pl->kc, K - kn), 4) * nr;
+                    pf_n = (int)((min64(unit, nt - jn) + nr - 1) / nr);
                 }
             } else {
                 ldbp = kq * 4 * nr;
                 pack_b_panels(p->b + (j0 + jr) * p->ldb + k0, p->ldb, min64(unit, nt - jr), np, (int)nr,
                               kc, bpack, ldbp, csrow + jr, kr == smm_cpu_kernels_avx2);
                 bp = bpack;
+                /* The rows of the next column block (same K range), so
+                 * that packing them does not wait on memory. */
+                if (jr + unit < nt) {
+                    pf = p->b + (j0 + jr + unit) * p->ldb + k0;
+                    pf_ld = p->ldb;
+                    pf_bytes = kc;
+                    pf_n = (int)min64(unit, nt - jr - unit);
+                }
             }
-            /* Unpacked B: the rows of the next column block (same K range)
-             * are fetched into L2 while this one is computed, a share per
-             * row block, so that packing them does not wait on memory. */
-            const int64_t nnext = pk ? 0 : min64(unit, max64(nt - jr - unit, 0));
-            const int64_t lines = (kc + 63) / 64, total = nnext * lines;
             const int64_t nblk = (mt + v->mr - 1) / v->mr;
-            const int8_t *nsrc = nnext ? p->b + (j0 + jr + unit) * p->ldb + k0 : NULL;
             int64_t blk = 0;
             for (int64_t ir = 0; ir < mt; ir += v->mr, blk++) {
                 const int mr = (int)min64(v->mr, mt - ir);
-                for (int64_t l = blk * total / nblk; l < (blk + 1) * total / nblk; l++)
-                    __builtin_prefetch(nsrc + (l / lines) * p->ldb + min64((l % lines) * 64, kc - 1), 0, 2);
-                if (pnext)
-                    prefetch_panels(pnext, ldbp, pnext_np, pnext_bytes, blk, nblk);
+                if (pf)
+                    prefetch_panels(pf, pf_ld, pf_n, pf_bytes, blk, nblk);
                 v->panel(kq, apack + ir * lda_p + k0, lda_p, mr, bp, ldbp, np, acc + ir * ldacc + jr, ldacc);
             }
         }
