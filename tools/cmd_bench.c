@@ -657,22 +657,35 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
     }
 }
 
+/* Adds a row to either table with the point's shape (model .. K are the
+ * first five columns of both) and its verdict in column verify_col; its
+ * index, or -1. */
+_Static_assert((int)C_MODEL == (int)G_MODEL && (int)C_LAYER == (int)G_LAYER &&
+                   (int)C_M == (int)G_M && (int)C_N == (int)G_N && (int)C_K == (int)G_K,
+               "the two tables start with the same columns");
+static int add_row_head(out_table *t, const model_shapes *model, const model_layer *layer,
+                        int64_t m, int verify_col, const char *verify)
+{
+    int row = out_add_row(t);
+    if (row < 0)
+        return -1;
+    out_set_str(t, row, C_MODEL, model->name);
+    out_set_str(t, row, C_LAYER, layer->name);
+    out_set_int(t, row, C_M, m);
+    out_set_int(t, row, C_N, layer->n);
+    out_set_int(t, row, C_K, layer->k);
+    out_set_str(t, row, verify_col, verify);
+    return row;
+}
+
 /* Fills one row of the table from a point's result (r NULL or !status_ok:
  * only the shape and the verdict). */
 static void add_row(out_table *t, const model_shapes *model, const model_layer *layer,
                     int64_t m, const bench_result *r, int status_ok, const char *verify,
                     const bench_machine *mc, bench_summary *sum)
 {
-    int row = out_add_row(t);
-    if (row < 0)
-        return;
-    out_set_str(t, row, C_MODEL, model->name);
-    out_set_str(t, row, C_LAYER, layer->name);
-    out_set_int(t, row, C_M, m);
-    out_set_int(t, row, C_N, layer->n);
-    out_set_int(t, row, C_K, layer->k);
-    out_set_str(t, row, C_VERIFY, verify);
-    if (!status_ok)
+    const int row = add_row_head(t, model, layer, m, C_VERIFY, verify);
+    if (row < 0 || !status_ok)
         return;
     {
         const double ops = 2.0 * (double)m * (double)layer->n * (double)layer->k;
@@ -731,16 +744,8 @@ static void add_row_device(out_table *t, const model_shapes *model, const model_
                            int64_t m, const bench_result *r, int status_ok,
                            const char *verify, const bench_device *dev, bench_summary *sum)
 {
-    int row = out_add_row(t);
-    if (row < 0)
-        return;
-    out_set_str(t, row, G_MODEL, model->name);
-    out_set_str(t, row, G_LAYER, layer->name);
-    out_set_int(t, row, G_M, m);
-    out_set_int(t, row, G_N, layer->n);
-    out_set_int(t, row, G_K, layer->k);
-    out_set_str(t, row, G_VERIFY, verify);
-    if (!status_ok)
+    const int row = add_row_head(t, model, layer, m, G_VERIFY, verify);
+    if (row < 0 || !status_ok)
         return;
     {
         const double ops = 2.0 * (double)m * (double)layer->n * (double)layer->k;
