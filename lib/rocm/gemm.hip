@@ -476,9 +476,20 @@ SMM_DEV uint4 smm_ld_cached16(const int8_t *p)
 #define SMM_DEC_WARPS 8
 
 /* Loads in flight per thread and K step: enough 16-byte loads to cover the
- * memory latency, within about 96 registers of loaded data. */
+ * memory latency, within about 96 registers of loaded data (two steps for
+ * TG = G = 2, which would otherwise spill within 128 registers). */
 template <int TG, int G> struct smm_dec_unroll {
-    static const int v = 8 * G + 4 * TG <= 24 ? 4 : 2;
+    static const int v = 8 * G + 4 * TG <= 24 && !(TG == 2 && G == 2) ? 4 : 2;
+};
+
+/* Blocks per SM the register allocation must allow (__launch_bounds__):
+ * left to itself, ptxas gave TG = 2..4, G = 2 130-166 registers on sm_90,
+ * one block of 256 threads per SM, and an H200 read the weights 20-50%
+ * slower at M = 16 and 32 (qkv, N = 6144) than with two. Three for the
+ * smallest variant (80 registers); one for the G = 4 variants, which
+ * would spill within 128 and run only when forced. */
+template <int TG, int G> struct smm_dec_minblocks {
+    static const int v = G == 4 ? 1 : (TG == 1 && G == 1 ? 3 : 2);
 };
 
 SMM_DEV unsigned smm_cluster_rank()
@@ -536,7 +547,7 @@ SMM_DEV int32_t *smm_cluster_map(int32_t *p, unsigned rank)
  * aligned rows of A and B.
  */
 template <int TG, int G, int S>
-__global__ void __launch_bounds__(SMM_DEC_WARPS * 32)
+__global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>::v))
 smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
 {
 #if defined(SMM_HAVE_MMA)
@@ -1724,13 +1735,21 @@ static gpuError_t smm_launch_decode(const smm_mm_dims &d, const smm_epi_params &
                                     int sms, gpuStream_t stream)
 {
     const int tg = (int)((d.m + 7) / 8);
+    const int64_t nb2 = (d.n + 31) / 32; /* blocks with two row groups */
     /* Measured on an H200 (132 SMs, Llama-3.1-8B shapes, M = 1, 16, 32):
      * for M > 8, two row groups pay once they still give a block to every
-     * SM (for M <= 8 one group with 4 loads in flight was fastest); four
-     * groups (fewer registers for loads in flight) and clusters (one more
-     * reduction step) were slower or no faster on those shapes. */
-    int g = tg > 1 && (d.n + 31) / 32 >= (int64_t)sms ? 2 : 1;
+     * SM (for M <= 8 one group with 4 loads in flight was fastest), except
+     * at M <= 16 with more than two such blocks per SM (N = 28672: one
+     * group 7% faster); for M > 16 with fewer such blocks than SMs, two
+     * groups in clusters of two blocks (half of K each; N = 4096,
+     * K = 14336: 6% faster, K = 4096: no different); four groups (fewer
+     * registers for loads in flight) and the other clusters were slower
+     * or no faster on those shapes. */
+    int g = tg > 1 && nb2 >= (int64_t)sms && (tg > 2 || nb2 <= 2 * (int64_t)sms) ? 2 : 1;
     int s = 1;
+
+    if (tg > 2 && nb2 < (int64_t)sms && smm_decode_have_cluster(cc))
+        g = 2, s = 2;
 
     if (smm_decode_force_g > 0)
         g = smm_decode_force_g;
