@@ -16,6 +16,9 @@
  *   /tmp/gpu-gemm-selftest --bench-only    # benchmark only
  *   /tmp/gpu-gemm-selftest --decode-sweep  # every decode kernel variant
  *                                          # at M = 1, 16, 32
+ *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096
+ *                                          # 20 plain launches of one
+ *                                          # problem, for a profiler
  *   SMM_TEST_SEED=1234 /tmp/gpu-gemm-selftest --no-bench   # replay a seed
  *   SMM_GPU_GEMM_KERNEL=generic /tmp/gpu-gemm-selftest --no-bench
  *                                          # the generic kernel everywhere
@@ -773,6 +776,41 @@ static void run_decode_sweep(void)
     cudaFree(c);
 }
 
+/* --decode-one M N K: 20 plain launches of one problem (bf16 out, the
+ * launcher's choice), for a profiler. */
+static void run_decode_one(int64_t m, int64_t n, int64_t k)
+{
+    int8_t *a, *b;
+    float *sa, *sb;
+    void *c;
+    smm_mm_problem q;
+
+    CK(cudaMalloc((void **)&a, (size_t)(m * k)));
+    CK(cudaMalloc((void **)&b, (size_t)(n * k)));
+    CK(cudaMalloc((void **)&sa, (size_t)m * 4));
+    CK(cudaMalloc((void **)&sb, (size_t)n * 4));
+    CK(cudaMalloc(&c, (size_t)(m * n * 2)));
+    fill_i8<<<1024, 256>>>(a, m * k, 1u);
+    fill_i8<<<1024, 256>>>(b, n * k, 2u);
+    fill_f32<<<64, 256>>>(sa, m, 0.01f);
+    fill_f32<<<64, 256>>>(sb, n, 0.002f);
+    memset(&q, 0, sizeof q);
+    q.m = m; q.n = n; q.k = k;
+    q.a = a; q.lda = k;
+    q.b = b; q.ldb = k;
+    q.scale_a = sa; q.scale_a_len = m;
+    q.scale_b = sb; q.scale_b_len = n;
+    q.c = c; q.ldc = n; q.c_dtype = SMM_DTYPE_BF16;
+    for (int l = 0; l < 20; l++)
+        CK(smm_gpu_launch_mm(&q, 0));
+    CK(cudaDeviceSynchronize());
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(sa);
+    cudaFree(sb);
+    cudaFree(c);
+}
+
 int main(int argc, char **argv)
 {
     int bench = 1, tests = 1, sweep = 0;
@@ -786,8 +824,12 @@ int main(int argc, char **argv)
             tests = 0;
         else if (!strcmp(argv[i], "--decode-sweep"))
             sweep = 1, tests = 0, bench = 0;
-        else {
-            fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep]\n", argv[0]);
+        else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
+            run_decode_one(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]));
+            return 0;
+        } else {
+            fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
+                            "--decode-one M N K]\n", argv[0]);
             return 2;
         }
     }
