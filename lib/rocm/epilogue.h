@@ -29,7 +29,8 @@
  * subnormals, signed zeros and the canonical NaN 0x7FFF. The hardware
  * conversions are not used.
  *
- * SMM_HD functions also compile for the host (tests use them there).
+ * SMM_HD functions also compile for the host: tests/check_gpu_convert.c
+ * compares the conversions with lib/convert.c there.
  */
 #ifndef SMM_GPU_EPILOGUE_H
 #define SMM_GPU_EPILOGUE_H
@@ -115,6 +116,41 @@ SMM_HD uint32_t smm_epi_f32_canonical(float x)
 {
     const uint32_t u = smm_epi_f32_bits(x);
     return ((u & 0x7FFFFFFFu) > 0x7F800000u) ? 0x7FFFFFFFu : u;
+}
+
+/* ------------------------------------------------------------------ */
+/* Widening conversions (the quantizer's inputs; exact)                */
+/* ------------------------------------------------------------------ */
+
+/* binary16 bits -> binary32, exactly (subnormals normalised, Inf and NaN
+ * kept as Inf and NaN, the NaN payload shifted into place). Integer
+ * operations only, so no flush-to-zero mode can touch it. */
+SMM_HD float smm_epi_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+
+    if (exp == 0x1Fu) /* Inf / NaN */
+        return smm_epi_f32_from_bits(sign | 0x7F800000u | (man << 13));
+    if (exp == 0) {
+        if (man == 0)
+            return smm_epi_f32_from_bits(sign);
+        /* Subnormal: shift the leading 1 into the implicit bit. */
+        exp = 127 - 15 + 1;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        man &= 0x3FFu;
+        return smm_epi_f32_from_bits(sign | (exp << 23) | (man << 13));
+    }
+    return smm_epi_f32_from_bits(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+
+/* bfloat16 bits -> binary32 (the upper half). */
+SMM_HD float smm_epi_bf16_to_f32(uint16_t b)
+{
+    return smm_epi_f32_from_bits((uint32_t)b << 16);
 }
 
 /* ------------------------------------------------------------------ */

@@ -38,6 +38,7 @@
  * status; m > 0 and every argument has been validated by lib/check.c.
  */
 #include "kernels.h"
+#include "epilogue.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -158,34 +159,8 @@ SMM_DEV float q_min(float running, float v)
 /* Inputs                                                              */
 /* ------------------------------------------------------------------ */
 
-/* binary16 bits -> float, exactly (subnormals normalised, Inf and NaN kept
- * as Inf and NaN). Integer operations only, so no FTZ mode can touch it. */
-SMM_DEV float q_f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-
-    if (exp == 0x1Fu) /* Inf / NaN */
-        return __uint_as_float(sign | 0x7F800000u | (man << 13));
-    if (exp == 0) {
-        if (man == 0)
-            return __uint_as_float(sign);
-        /* Subnormal: shift the leading 1 into the implicit bit. */
-        exp = 127 - 15 + 1;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        man &= 0x3FFu;
-        return __uint_as_float(sign | (exp << 23) | (man << 13));
-    }
-    return __uint_as_float(sign | ((exp + 127 - 15) << 23) | (man << 13));
-}
-
-SMM_DEV float q_bf16_to_f32(uint16_t b)
-{
-    return __uint_as_float((uint32_t)b << 16);
-}
+/* The widening conversions are smm_epi_f16_to_f32 / smm_epi_bf16_to_f32
+ * (epilogue.h), which tests/check_gpu_convert.c checks on the host. */
 
 /* Element k of a row, widened exactly. DT is the smm_dtype of x. */
 template <int DT> SMM_DEV float q_load(const void *row, int64_t k)
@@ -193,8 +168,8 @@ template <int DT> SMM_DEV float q_load(const void *row, int64_t k)
     if (DT == SMM_DTYPE_F32)
         return ((const float *)row)[k];
     if (DT == SMM_DTYPE_F16)
-        return q_f16_to_f32(((const uint16_t *)row)[k]);
-    return q_bf16_to_f32(((const uint16_t *)row)[k]);
+        return smm_epi_f16_to_f32(((const uint16_t *)row)[k]);
+    return smm_epi_bf16_to_f32(((const uint16_t *)row)[k]);
 }
 
 template <int DT> SMM_DEV const void *q_row(const void *x, int64_t i, int64_t ldx)
