@@ -26,32 +26,18 @@
 
 #include "../lib/rocm/epilogue.h"
 
-static uint32_t bits_of(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* The reference's binary32 output: any NaN stored as 0x7FFFFFFF
  * (doc/numerics.md; lib/reference.c). */
 static uint32_t ref_canonical(float x)
 {
-    return x != x ? 0x7FFFFFFFu : bits_of(x);
+    return x != x ? 0x7FFFFFFFu : smm_epi_f32_bits(x);
 }
 
 /* A wrong binary16 conversion for the negative control: ties rounded away
  * from zero instead of to even. */
 static uint16_t bad_f32_to_f16(float x)
 {
-    const uint32_t u = bits_of(x);
+    const uint32_t u = smm_epi_f32_bits(x);
     const uint16_t h = smm_epi_f32_to_f16(x);
     const uint32_t mag = u & 0x7FFFFFFFu;
     if (mag >= 0x38800000u && mag < 0x477FF000u && (u & 0x1FFFu) == 0x1000u && !(h & 1u))
@@ -67,7 +53,7 @@ typedef uint16_t (*narrow_fn)(float);
  * first few. */
 static long check_pattern(uint32_t u, narrow_fn f16, long *reported)
 {
-    const float x = float_of(u);
+    const float x = smm_epi_f32_from_bits(u);
     long bad = 0;
     uint16_t want16 = smm_f32_to_f16(x), got16 = f16(x);
 
@@ -138,10 +124,10 @@ START_TEST(test_widening)
     uint32_t h;
 
     for (h = 0; h <= 0xFFFFu; h++) {
-        const uint32_t want = bits_of(smm_f16_to_f32((uint16_t)h));
-        const uint32_t got = bits_of(smm_epi_f16_to_f32((uint16_t)h));
-        const uint32_t wantb = bits_of(smm_bf16_to_f32((uint16_t)h));
-        const uint32_t gotb = bits_of(smm_epi_bf16_to_f32((uint16_t)h));
+        const uint32_t want = smm_epi_f32_bits(smm_f16_to_f32((uint16_t)h));
+        const uint32_t got = smm_epi_f32_bits(smm_epi_f16_to_f32((uint16_t)h));
+        const uint32_t wantb = smm_epi_f32_bits(smm_bf16_to_f32((uint16_t)h));
+        const uint32_t gotb = smm_epi_f32_bits(smm_epi_bf16_to_f32((uint16_t)h));
         if (want != got || wantb != gotb) {
             if (bad < 5)
                 fprintf(stderr, "0x%04X: f16 0x%08X (reference 0x%08X), bf16 0x%08X (0x%08X)\n",
