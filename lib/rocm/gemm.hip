@@ -483,11 +483,12 @@ template <int TG, int G> struct smm_dec_unroll {
 };
 
 /* Blocks per SM the register allocation must allow (__launch_bounds__):
- * left to itself, ptxas gave TG = 2..4, G = 2 130-166 registers on sm_90,
- * one block of 256 threads per SM, and an H200 read the weights 20-50%
- * slower at M = 16 and 32 (qkv, N = 6144) than with two. Three for the
- * smallest variant (80 registers); one for the G = 4 variants, which
- * would spill within 128 and run only when forced. */
+ * left to itself, ptxas gave TG = G = 2 162 registers on sm_90 (and
+ * TG = 4, G = 2 128 or 130, depending on small changes elsewhere): above
+ * 128, one block of 256 threads fits an SM, and an H200 read the weights
+ * 20% (qkv, N = 6144, M = 16) to 50% (M = 32, at 130) slower than with two.
+ * Three for the smallest variant (80 registers); one for the G = 4
+ * variants, which would spill within 128 and run only when forced. */
 template <int TG, int G> struct smm_dec_minblocks {
     static const int v = G == 4 ? 1 : (TG == 1 && G == 1 ? 3 : 2);
 };
