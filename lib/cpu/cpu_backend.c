@@ -11,6 +11,7 @@
 #include "config.h"
 #include "cpu/cpu_internal.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,34 @@ static smm_status cpu_mm(smm_context *ctx, const smm_mm_problem *p)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
     return st && st->v ? smm_cpu_vnni_mm(ctx, p) : smm_cpu_mm(ctx, p);
+}
+
+smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t header_bytes,
+                                const int64_t (*size)[4], int nparts, unsigned char **mem,
+                                size_t *bytes, size_t *off)
+{
+    int64_t total = (int64_t)align64(header_bytes);
+    int ok = nparts <= 8 && header_bytes <= INT32_MAX;
+
+    for (int i = 0; ok && i < nparts; i++) {
+        int64_t part = 1;
+        for (int j = 0; ok && j < 4; j++)
+            ok = !__builtin_mul_overflow(part, size[i][j], &part);
+        off[i] = (size_t)total;
+        ok = ok && !__builtin_add_overflow(total, part, &total) &&
+             !__builtin_add_overflow(total, (int64_t)63, &total);
+        total &= ~(int64_t)63;
+    }
+    if (!ok || (uint64_t)total > SIZE_MAX)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
+                             " overflows", n, k);
+    *mem = smm_host_alloc(ctx, (size_t)total, 64);
+    if (!*mem)
+        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
+                             " bytes for a packed B)", total);
+    *bytes = (size_t)total;
+    return SMM_OK;
 }
 
 static smm_status cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)

@@ -501,32 +501,22 @@ smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_pa
     const int64_t groups = (n + SMM_CPU_NR - 1) / SMM_CPU_NR;
     const int64_t kp = round_up(k, SMM_CPU_KPAD);
 
-    /* Sizes of the parts (see packed_layout), checked for overflow. */
-    int64_t ncols, panel_elems, panel_bytes, colsum_bytes, row_bytes, total;
-    if (__builtin_mul_overflow(groups, (int64_t)SMM_CPU_NR, &ncols) ||
-        __builtin_mul_overflow(ncols, kp, &panel_elems) ||
-        __builtin_mul_overflow(panel_elems, (int64_t)sizeof(int16_t), &panel_bytes) ||
-        __builtin_mul_overflow(ncols, (int64_t)sizeof(uint32_t), &colsum_bytes) ||
-        __builtin_mul_overflow(n, k, &row_bytes) ||
-        __builtin_add_overflow(panel_bytes, colsum_bytes, &total) ||
-        __builtin_add_overflow(total, row_bytes, &total) ||
-        __builtin_add_overflow(total, (int64_t)(4 * 64 + sizeof(packed_layout)), &total) ||
-        (uint64_t)total > SIZE_MAX)
-        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
-                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
-                             " overflows", n, k);
-
-    unsigned char *mem = smm_host_alloc(ctx, (size_t)total, 64);
-    if (!mem)
-        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
-                             " bytes for a packed B)", total);
+    /* The parts (see packed_layout): column sums, panels, rows. */
+    const int64_t size[3][4] = {
+        {groups, SMM_CPU_NR, (int64_t)sizeof(uint32_t), 1},
+        {groups, SMM_CPU_NR, kp, (int64_t)sizeof(int16_t)},
+        {n, k, 1, 1},
+    };
+    unsigned char *mem;
+    size_t bytes, off[3];
+    smm_status status = smm_cpu_packed_alloc(ctx, n, k, sizeof(packed_layout), size, 3, &mem,
+                                               &bytes, off);
+    if (status != SMM_OK)
+        return status;
     packed_layout *pk = (packed_layout *)mem;
-    size_t off = align64(sizeof *pk);
-    uint32_t *colsum = (uint32_t *)(mem + off);
-    off = align64(off + (size_t)colsum_bytes);
-    int16_t *panels = (int16_t *)(mem + off);
-    off = align64(off + (size_t)panel_bytes);
-    int8_t *rows = (int8_t *)(mem + off);
+    uint32_t *colsum = (uint32_t *)(mem + off[0]);
+    int16_t *panels = (int16_t *)(mem + off[1]);
+    int8_t *rows = (int8_t *)(mem + off[2]);
     pk->groups = groups;
     pk->colsum = colsum;
     pk->panels = panels;
@@ -562,7 +552,7 @@ smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_pa
     }
 
     pb->mem = mem;
-    pb->bytes = (size_t)total;
+    pb->bytes = bytes;
     pb->rows = rows;
     pb->data = pk;
     return SMM_OK;

@@ -259,31 +259,25 @@ smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, s
     const int64_t groups = (n + nr - 1) / nr;
     const int64_t kp = round_up(k, 4);
 
-    int64_t ncols, panel_bytes, colsum_bytes, total;
-    if (__builtin_mul_overflow(groups, nr, &ncols) ||
-        __builtin_mul_overflow(ncols, kp, &panel_bytes) ||
-        __builtin_mul_overflow(ncols, (int64_t)sizeof(uint32_t), &colsum_bytes) ||
-        __builtin_add_overflow(panel_bytes, colsum_bytes, &total) ||
-        __builtin_add_overflow(total, (int64_t)(3 * 64 + sizeof(vnni_packed)), &total) ||
-        (uint64_t)total > SIZE_MAX)
-        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
-                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
-                             " overflows", n, k);
-
-    unsigned char *mem = smm_host_alloc(ctx, (size_t)total, 64);
-    if (!mem)
-        return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
-                             " bytes for a packed B)", total);
+    /* Column sums, then panels. */
+    const int64_t size[2][4] = {
+        {groups, nr, (int64_t)sizeof(uint32_t), 1},
+        {groups, nr, kp, 1},
+    };
+    unsigned char *mem;
+    size_t bytes, off[2];
+    smm_status status = smm_cpu_packed_alloc(ctx, n, k, sizeof(vnni_packed), size, 2, &mem,
+                                               &bytes, off);
+    if (status != SMM_OK)
+        return status;
     vnni_packed *pk = (vnni_packed *)mem;
-    size_t off = align64(sizeof *pk);
-    uint32_t *colsum = (uint32_t *)(mem + off);
-    off = align64(off + (size_t)colsum_bytes);
-    int8_t *panels = (int8_t *)(mem + off);
+    uint32_t *colsum = (uint32_t *)(mem + off[0]);
+    int8_t *panels = (int8_t *)(mem + off[1]);
     pk->groups = groups;
     pk->kp = kp;
     pk->colsum = colsum;
     pk->panels = panels;
-    memset(colsum, 0, (size_t)colsum_bytes);
+    memset(colsum, 0, (size_t)(groups * nr) * sizeof(uint32_t));
 
     int nthreads = smm_threads(ctx);
     if (nthreads > groups)
@@ -299,7 +293,7 @@ smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, s
     }
 
     pb->mem = mem;
-    pb->bytes = (size_t)total;
+    pb->bytes = bytes;
     pb->rows = NULL;
     pb->data = pk;
     return SMM_OK;
