@@ -186,6 +186,13 @@ static smm_status cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     return st && st->v ? smm_cpu_vnni_mm(ctx, p) : smm_cpu_mm(ctx, p);
 }
 
+smm_status smm_cpu_packed_overflow(smm_context *ctx, int64_t n, int64_t k)
+{
+    return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                         "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
+                         " overflows", n, k);
+}
+
 smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t header_bytes,
                                 const int64_t (*size)[4], int nparts, unsigned char **mem,
                                 size_t *bytes, size_t *off)
@@ -203,9 +210,7 @@ smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t h
         total &= ~(int64_t)63;
     }
     if (!ok || (uint64_t)total > SIZE_MAX)
-        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
-                             "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
-                             " overflows", n, k);
+        return smm_cpu_packed_overflow(ctx, n, k);
     *mem = smm_host_alloc(ctx, (size_t)total, 64);
     if (!*mem)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64

@@ -270,6 +270,11 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
  * Errors (ctx's message set, nothing
  * allocated): SMM_ERR_INVALID_ARG when the size overflows ("smm_pack_b:
  * the byte size of the packed copy of N x K overflows"), SMM_ERR_NO_MEMORY. */
+/* The error of a packed copy too large to address: SMM_ERR_INVALID_ARG,
+ * "smm_pack_b: the byte size of the packed copy of N x K overflows".
+ * Builders call it first when N or K exceeds INT64_MAX / 2 (any such copy
+ * overflows, and their own rounding of N and K would). */
+smm_status smm_cpu_packed_overflow(smm_context *ctx, int64_t n, int64_t k) SMM_INTERNAL;
 smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t header_bytes,
                                 const int64_t (*size)[4], int nparts, unsigned char **mem,
                                 size_t *bytes, size_t *off) SMM_INTERNAL;
