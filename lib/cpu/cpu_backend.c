@@ -186,7 +186,7 @@ static smm_status cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     return st && st->v ? smm_cpu_vnni_mm(ctx, p) : smm_cpu_mm(ctx, p);
 }
 
-smm_status smm_cpu_packed_overflow(smm_context *ctx, int64_t n, int64_t k)
+static smm_status packed_overflow(smm_context *ctx, int64_t n, int64_t k)
 {
     return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
                          "smm_pack_b: the byte size of the packed copy of %" PRId64 " x %" PRId64
@@ -198,7 +198,7 @@ smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t h
                                 size_t *bytes, size_t *off)
 {
     int64_t total = (int64_t)align64(header_bytes);
-    int ok = nparts <= 8 && header_bytes <= INT32_MAX;
+    int ok = 1;
 
     for (int i = 0; ok && i < nparts; i++) {
         int64_t part = 1;
@@ -210,7 +210,7 @@ smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t h
         total &= ~(int64_t)63;
     }
     if (!ok || (uint64_t)total > SIZE_MAX)
-        return smm_cpu_packed_overflow(ctx, n, k);
+        return packed_overflow(ctx, n, k);
     *mem = smm_host_alloc(ctx, (size_t)total, 64);
     if (!*mem)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory (%" PRId64
@@ -222,6 +222,10 @@ smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t h
 static smm_status cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_packed_b *pb)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    /* Any such copy overflows; refused before the builders round N and K
+     * up to whole groups, which would be signed overflow near INT64_MAX. */
+    if (pb->n > INT64_MAX / 2 || pb->k > INT64_MAX / 2)
+        return packed_overflow(ctx, pb->n, pb->k);
     return st && st->v ? smm_cpu_vnni_pack_b(ctx, b, ldb, pb) : smm_cpu_pack_b(ctx, b, ldb, pb);
 }
 

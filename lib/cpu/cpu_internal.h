@@ -263,21 +263,19 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
 
 /* Allocates, through ctx's allocator, one 64-byte-aligned block for a
- * packed B: a header of header_bytes at its start, then nparts (<= 8)
- * parts in order, part i of size[i][0] * size[i][1] * size[i][2] *
- * size[i][3] bytes at byte offset off[i], a multiple of 64; every product
- * and sum is checked for overflow. *bytes receives the block's size.
- * Errors (ctx's message set, nothing
- * allocated): SMM_ERR_INVALID_ARG when the size overflows ("smm_pack_b:
- * the byte size of the packed copy of N x K overflows"), SMM_ERR_NO_MEMORY. */
-/* The error of a packed copy too large to address: SMM_ERR_INVALID_ARG,
- * "smm_pack_b: the byte size of the packed copy of N x K overflows".
- * Builders call it first when N or K exceeds INT64_MAX / 2 (any such copy
- * overflows, and their own rounding of N and K would). */
-smm_status smm_cpu_packed_overflow(smm_context *ctx, int64_t n, int64_t k) SMM_INTERNAL;
+ * packed B: a header of header_bytes at its start, then nparts parts in
+ * order, part i of size[i][0] * size[i][1] * size[i][2] * size[i][3]
+ * bytes at byte offset off[i], a multiple of 64; every product and sum is
+ * checked for overflow. *bytes receives the block's size. Errors (ctx's
+ * message set, nothing allocated): SMM_ERR_INVALID_ARG when the size
+ * overflows ("smm_pack_b: the byte size of the packed copy of N x K
+ * overflows"), SMM_ERR_NO_MEMORY. */
 smm_status smm_cpu_packed_alloc(smm_context *ctx, int64_t n, int64_t k, size_t header_bytes,
                                 const int64_t (*size)[4], int nparts, unsigned char **mem,
                                 size_t *bytes, size_t *off) SMM_INTERNAL;
+/* The packed-B builders of the two kinds of level; the backend's pack_b
+ * (cpu_backend.c) has refused N or K above INT64_MAX / 2 before calling
+ * them, so their rounding of N and K up to whole groups cannot overflow. */
 smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
                           smm_packed_b *pb) SMM_INTERNAL;
 /* The one packed-B format of every kernel level (gemm.c): the blocked

@@ -498,8 +498,6 @@ smm_status smm_cpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm_pa
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
     const smm_cpu_kernels *kr = st ? st->k : &smm_cpu_kernels_c;
     const int64_t n = pb->n, k = pb->k;
-    if (n > INT64_MAX / 2 || k > INT64_MAX / 2)
-        return smm_cpu_packed_overflow(ctx, n, k); /* before any rounding of n, k */
     const int64_t groups = (n + SMM_CPU_NR - 1) / SMM_CPU_NR;
     const int64_t kp = round_up(k, SMM_CPU_KPAD);
 

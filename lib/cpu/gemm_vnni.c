@@ -256,8 +256,6 @@ smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, s
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
     const smm_cpu_vnni_kernels *v = st->v;
     const int64_t n = pb->n, k = pb->k, nr = v->nr;
-    if (n > INT64_MAX / 2 || k > INT64_MAX / 2)
-        return smm_cpu_packed_overflow(ctx, n, k); /* before any rounding of n, k */
     const int64_t groups = (n + nr - 1) / nr;
     const int64_t kp = round_up(k, 4);
 
