@@ -686,6 +686,22 @@ static void run_bench(void)
     cudaFree(c);
 }
 
+/* The decode measurements' problem: dense rows (lda = ldb = K, ldc = N),
+ * per-token x per-channel scales, bf16 output. */
+static smm_mm_problem decode_problem(int64_t m, int64_t n, int64_t k, const int8_t *a,
+                                     const int8_t *b, const float *sa, const float *sb, void *c)
+{
+    smm_mm_problem q;
+    memset(&q, 0, sizeof q);
+    q.m = m; q.n = n; q.k = k;
+    q.a = a; q.lda = k;
+    q.b = b; q.ldb = k;
+    q.scale_a = sa; q.scale_a_len = m;
+    q.scale_b = sb; q.scale_b_len = n;
+    q.c = c; q.ldc = n; q.c_dtype = SMM_DTYPE_BF16;
+    return q;
+}
+
 /* --decode-sweep: weight GB/s of every decode row-group / cluster choice
  * (smm_decode_force_g / _s) at M = 1, 16, 32, bf16 output, layer shapes. */
 static void run_decode_sweep(void)
@@ -733,13 +749,7 @@ static void run_decode_sweep(void)
                 cudaGraphExec_t exec;
                 smm_decode_force_g = cfg[ci][0];
                 smm_decode_force_s = cfg[ci][1];
-                memset(&q, 0, sizeof q);
-                q.m = m; q.n = n; q.k = k;
-                q.a = a; q.lda = k;
-                q.b = b; q.ldb = k;
-                q.scale_a = sa; q.scale_a_len = m;
-                q.scale_b = sb; q.scale_b_len = n;
-                q.c = c; q.ldc = n; q.c_dtype = SMM_DTYPE_BF16;
+                q = decode_problem(m, n, k, a, b, sa, sb, c);
                 CK(smm_gpu_launch_mm(&q, st));
                 CK(cudaStreamSynchronize(st));
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -794,13 +804,7 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k)
     fill_i8<<<1024, 256>>>(b, n * k, 2u);
     fill_f32<<<64, 256>>>(sa, m, 0.01f);
     fill_f32<<<64, 256>>>(sb, n, 0.002f);
-    memset(&q, 0, sizeof q);
-    q.m = m; q.n = n; q.k = k;
-    q.a = a; q.lda = k;
-    q.b = b; q.ldb = k;
-    q.scale_a = sa; q.scale_a_len = m;
-    q.scale_b = sb; q.scale_b_len = n;
-    q.c = c; q.ldc = n; q.c_dtype = SMM_DTYPE_BF16;
+    q = decode_problem(m, n, k, a, b, sa, sb, c);
     for (int l = 0; l < 20; l++)
         CK(smm_gpu_launch_mm(&q, 0));
     CK(cudaDeviceSynchronize());
