@@ -215,26 +215,76 @@ typedef struct smm_epi_params {
     int azp_per_row;
 } smm_epi_params;
 
+/* The inputs of element (m, n) besides its sums: scales, bias, zero
+ * point (what is absent reads as 0). Loading them apart from the
+ * arithmetic lets a kernel issue the loads of several elements at once. */
+typedef struct smm_epi_in {
+    float sa, sb, bias;
+    int32_t z;
+} smm_epi_in;
+
+SMM_DEV smm_epi_in smm_epi_load(const smm_epi_params &e, int64_t m, int64_t n)
+{
+    smm_epi_in in;
+    in.sa = in.sb = in.bias = 0.0f;
+    in.z = 0;
+    if (e.c_dtype == SMM_DTYPE_I32)
+        return in;
+    in.sa = e.scale_a_per_row ? e.scale_a[m] : e.scale_a[0];
+    in.sb = e.scale_b_per_col ? e.scale_b[n] : e.scale_b[0];
+    if (e.bias != NULL)
+        in.bias = e.bias[n];
+    if (e.azp != NULL)
+        in.z = e.azp_per_row ? e.azp[m] : e.azp[0];
+    return in;
+}
+
+/* y of the contract for one element (scaled output types only), from its
+ * loaded inputs. */
+SMM_DEV float smm_epi_value_in(const smm_epi_params &e, const smm_epi_in &in, int32_t acc,
+                               int32_t colsum)
+{
+    float f, t;
+    uint32_t a = (uint32_t)acc;
+
+    if (e.azp != NULL)
+        a -= (uint32_t)in.z * (uint32_t)colsum;      /* mod 2^32 */
+    f = smm_epi_i2f((int32_t)a);
+    t = smm_epi_mul(f, in.sb);
+    if (e.bias != NULL)
+        return smm_epi_fma(in.sa, t, in.bias);
+    if (e.azp != NULL)
+        return smm_epi_fma(in.sa, t, 0.0f);
+    return smm_epi_mul(in.sa, t);
+}
+
 /* y of the contract for one element (scaled output types only). */
 SMM_DEV float smm_epi_value(const smm_epi_params &e, int64_t m, int64_t n, int32_t acc,
                             int32_t colsum)
 {
-    float sa, sb, f, t;
-    uint32_t a = (uint32_t)acc;
+    return smm_epi_value_in(e, smm_epi_load(e, m, n), acc, colsum);
+}
 
-    if (e.azp != NULL) {
-        const int32_t z = e.azp_per_row ? e.azp[m] : e.azp[0];
-        a -= (uint32_t)z * (uint32_t)colsum;         /* mod 2^32 */
+/* Finishes and stores element (m, n) of C from its int32 accumulator and
+ * its loaded inputs (colsum is only read when e.azp is set). */
+SMM_DEV void smm_epi_store_in(const smm_epi_params &e, int64_t m, int64_t n, int32_t acc,
+                              int32_t colsum, const smm_epi_in &in)
+{
+    const int64_t off = m * e.ldc + n;
+
+    if (e.c_dtype == SMM_DTYPE_I32) {
+        ((int32_t *)e.c)[off] = acc;
+        return;
     }
-    sa = e.scale_a_per_row ? e.scale_a[m] : e.scale_a[0];
-    sb = e.scale_b_per_col ? e.scale_b[n] : e.scale_b[0];
-    f = smm_epi_i2f((int32_t)a);
-    t = smm_epi_mul(f, sb);
-    if (e.bias != NULL)
-        return smm_epi_fma(sa, t, e.bias[n]);
-    if (e.azp != NULL)
-        return smm_epi_fma(sa, t, 0.0f);
-    return smm_epi_mul(sa, t);
+    {
+        const float y = smm_epi_value_in(e, in, acc, colsum);
+        if (e.c_dtype == SMM_DTYPE_F32)
+            ((uint32_t *)e.c)[off] = smm_epi_f32_canonical(y);
+        else if (e.c_dtype == SMM_DTYPE_F16)
+            ((uint16_t *)e.c)[off] = smm_epi_f32_to_f16(y);
+        else
+            ((uint16_t *)e.c)[off] = smm_epi_f32_to_bf16(y);
+    }
 }
 
 /* Finishes and stores element (m, n) of C from its int32 accumulator
