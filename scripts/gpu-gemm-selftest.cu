@@ -15,7 +15,8 @@
  *   /tmp/gpu-gemm-selftest --no-bench      # tests only
  *   /tmp/gpu-gemm-selftest --bench-only    # benchmark only
  *   /tmp/gpu-gemm-selftest --decode-sweep  # every decode kernel variant
- *                                          # at M = 1, 16, 32
+ *                                          # at M = 1, 16, 32, and the
+ *                                          # cost of its parts
  *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
@@ -702,13 +703,112 @@ static smm_mm_problem decode_problem(int64_t m, int64_t n, int64_t k, const int8
     return q;
 }
 
+/* The decode kernel's one-row-group variant (16 rows per block, 8 warps
+ * splitting K in 64-byte chunks, 16-byte streaming loads of the weights,
+ * four chunks in flight per lane) reduced to its parts, to see what each
+ * costs: the weight reads alone (TG = 0), plus the TG token-fragment loads
+ * per chunk, plus the mmas (MMA), without the block reduction and the
+ * epilogue. Stores nothing unless what it read or summed has one value
+ * (so that nothing is optimized away). */
+template <int TG, bool MMA>
+__global__ void __launch_bounds__(256, TG <= 1 ? 3 : 2)
+parts_kernel(const int8_t *b, const int8_t *a, int64_t n, int64_t k, int32_t *sink)
+{
+    const int D = 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int64_t n0 = (int64_t)blockIdx.x * 16;
+    const int8_t *w0 = b + min(n0 + g, n - 1) * k + q * 16;
+    const int8_t *w1 = b + min(n0 + g + 8, n - 1) * k + q * 16;
+    const int8_t *x[TG > 0 ? TG : 1];
+    for (int t = 0; t < TG; t++)
+        x[t] = a + (int64_t)(8 * t + g) * k + q * 16;
+    const int64_t full = k / 64;
+    uint32_t v = 0;
+    int32_t acc[TG > 0 ? TG : 1][4] = {};
+    for (int64_t c = warp; c + (D - 1) * 8 < full; c += D * 8) {
+        uint4 u[D][2], xs[D][TG > 0 ? TG : 1];
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            u[s][0] = smm_ld_stream16(w0 + (c + 8 * s) * 64);
+            u[s][1] = smm_ld_stream16(w1 + (c + 8 * s) * 64);
+#pragma unroll
+            for (int t = 0; t < TG; t++)
+                xs[s][t] = smm_ld_cached16(x[t] + (c + 8 * s) * 64);
+        }
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                v ^= u[s][h].x ^ u[s][h].y ^ u[s][h].z ^ u[s][h].w;
+#pragma unroll
+            for (int t = 0; t < TG; t++) {
+                if (MMA) {
+                    smm_mma_16832(acc[t], u[s][0].x, u[s][1].x, u[s][0].y, u[s][1].y,
+                                  xs[s][t].x, xs[s][t].y);
+                    smm_mma_16832(acc[t], u[s][0].z, u[s][1].z, u[s][0].w, u[s][1].w,
+                                  xs[s][t].z, xs[s][t].w);
+                } else {
+                    v ^= xs[s][t].x ^ xs[s][t].y ^ xs[s][t].z ^ xs[s][t].w;
+                }
+            }
+        }
+    }
+    for (int t = 0; t < TG; t++)
+        v ^= (uint32_t)(acc[t][0] ^ acc[t][1] ^ acc[t][2] ^ acc[t][3]);
+    if (v == 0x5eed5eedu)
+        sink[blockIdx.x] = (int32_t)v;
+}
+
+__global__ void empty_kernel(int32_t *sink)
+{
+    if (sink == NULL)
+        sink[threadIdx.x] = 0;
+}
+
+/* What a sweep column launches: the library's decode launcher (forced row
+ * groups g, cluster blocks s; 0, 0: its own choice), parts_kernel in its
+ * three forms, or empty_kernel (all with N / 16 blocks of 256 threads). */
+enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY };
+
+static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *b,
+                              const int8_t *a, int64_t n, int64_t k, int32_t *sink,
+                              cudaStream_t st)
+{
+    const int64_t tg = (m + 7) / 8;
+    const bool mma = kind == SW_MMA;
+    if (kind == SW_EMPTY)
+        empty_kernel<<<nblk, 256, 0, st>>>(sink);
+    else if (kind == SW_READ)
+        parts_kernel<0, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else if (tg == 1 && mma)
+        parts_kernel<1, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else if (tg == 1)
+        parts_kernel<1, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else if (tg == 2 && mma)
+        parts_kernel<2, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else if (tg == 2)
+        parts_kernel<2, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else if (mma)
+        parts_kernel<4, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+    else
+        parts_kernel<4, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+}
+
 /* --decode-sweep: weight GB/s of every decode row-group / cluster choice
- * (smm_decode_force_g / _s) at M = 1, 16, 32, bf16 output, layer shapes. */
+ * (smm_decode_force_g / _s) at M = 1, 16, 32, bf16 output, layer shapes;
+ * at the same weight rotation, the parts of the one-group variant alone
+ * (rd: weight reads; rdx: and token loads; rdxm: and mmas; weight GB/s)
+ * and an empty kernel with as many blocks (microseconds per launch). */
 static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    const int cfg[10][2] = {{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}};
+    enum { NCFG = 12 };
+    const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
+                              {SW_DECODE, 4, 1}, {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2},
+                              {SW_DECODE, 1, 4}, {SW_DECODE, 2, 4}, {SW_READ, 0, 0},
+                              {SW_TOKENS, 0, 0}, {SW_MMA, 0, 0},    {SW_EMPTY, 0, 0}};
+    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
     int8_t *a, *b;
     float *sa, *sb;
@@ -729,10 +829,18 @@ static void run_decode_sweep(void)
     CK(cudaEventCreate(&e1));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
-    printf("decode sweep, weight GB/s (bf16 out); columns g,s (0,0 = launcher's choice)\n");
+    printf("decode sweep, weight GB/s (bf16 out); columns g,s (0,0 = launcher's choice); "
+           "rd, rdx, rdxm: the one-group variant's weight reads alone, with its token "
+           "loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
-    for (int ci = 0; ci < 10; ci++)
-        printf("   %d,%d", cfg[ci][0], cfg[ci][1]);
+    for (int ci = 0; ci < NCFG; ci++) {
+        char name[16];
+        if (cfg[ci][0] == SW_DECODE)
+            snprintf(name, sizeof name, "%d,%d", cfg[ci][1], cfg[ci][2]);
+        else
+            snprintf(name, sizeof name, "%s", kind_name[cfg[ci][0]]);
+        printf("  %6s", name);
+    }
     printf("\n");
     for (int si = 0; si < 4; si++)
         for (int mi = 0; mi < 3; mi++) {
@@ -742,21 +850,31 @@ static void run_decode_sweep(void)
                                                       max_b / wbytes);
             const int launches = copies * 24;
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
-            for (int ci = 0; ci < 10; ci++) {
+            for (int ci = 0; ci < NCFG; ci++) {
                 smm_mm_problem q;
                 std::vector<double> t;
                 cudaGraph_t graph;
                 cudaGraphExec_t exec;
-                smm_decode_force_g = cfg[ci][0];
-                smm_decode_force_s = cfg[ci][1];
+                const int kind = cfg[ci][0];
+                const unsigned nblk = (unsigned)((n + 15) / 16);
+                if ((kind == SW_READ || kind == SW_EMPTY) && mi > 0) {
+                    printf("  %6s", "-"); /* the same at every M */
+                    continue;
+                }
+                smm_decode_force_g = cfg[ci][1];
+                smm_decode_force_s = cfg[ci][2];
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
                 CK(smm_gpu_launch_mm(&q, st));
                 CK(cudaStreamSynchronize(st));
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int l = 0; l < launches; l++) {
                     q.b = b + (int64_t)(l % copies) * wbytes;
-                    CK(smm_gpu_launch_mm(&q, st));
+                    if (kind == SW_DECODE)
+                        CK(smm_gpu_launch_mm(&q, st));
+                    else
+                        launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
                 }
+                CK(cudaGetLastError());
                 CK(cudaStreamEndCapture(st, &graph));
                 CK(cudaGraphInstantiate(&exec, graph, 0));
                 CK(cudaGraphLaunch(exec, st));
@@ -772,7 +890,10 @@ static void run_decode_sweep(void)
                 }
                 CK(cudaGraphExecDestroy(exec));
                 CK(cudaGraphDestroy(graph));
-                printf(" %6.0f", (double)wbytes / median(t) / 1e9);
+                if (kind == SW_EMPTY)
+                    printf("  %6.2f", median(t) * 1e6);
+                else
+                    printf("  %6.0f", (double)wbytes / median(t) / 1e9);
                 fflush(stdout);
             }
             printf("\n");
