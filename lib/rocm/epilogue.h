@@ -292,21 +292,7 @@ SMM_DEV void smm_epi_store_in(const smm_epi_params &e, int64_t m, int64_t n, int
 SMM_DEV void smm_epi_store(const smm_epi_params &e, int64_t m, int64_t n, int32_t acc,
                            int32_t colsum)
 {
-    const int64_t off = m * e.ldc + n;
-
-    if (e.c_dtype == SMM_DTYPE_I32) {
-        ((int32_t *)e.c)[off] = acc;
-        return;
-    }
-    {
-        const float y = smm_epi_value(e, m, n, acc, colsum);
-        if (e.c_dtype == SMM_DTYPE_F32)
-            ((uint32_t *)e.c)[off] = smm_epi_f32_canonical(y);
-        else if (e.c_dtype == SMM_DTYPE_F16)
-            ((uint16_t *)e.c)[off] = smm_epi_f32_to_f16(y);
-        else
-            ((uint16_t *)e.c)[off] = smm_epi_f32_to_bf16(y);
-    }
+    smm_epi_store_in(e, m, n, acc, colsum, smm_epi_load(e, m, n));
 }
 
 /* Elements (m, n) and (m, n + 1) at once (both inside C); one wider store
