@@ -50,9 +50,15 @@
 #endif
 
 /* Cache blocking of the general path (KC a multiple of 64). */
+#ifndef SMM_CPU_VNNI_KC
 #define SMM_CPU_VNNI_KC 1024
+#endif
+#ifndef SMM_CPU_VNNI_MC
 #define SMM_CPU_VNNI_MC 192
+#endif
+#ifndef SMM_CPU_VNNI_NC
 #define SMM_CPU_VNNI_NC 128
+#endif
 /* M at or below which the small-M (decode) path runs, and its K block. */
 #define SMM_CPU_VNNI_DIRECT_M 16
 #define SMM_CPU_VNNI_DIRECT_KC 4096
