@@ -49,7 +49,10 @@
 #include <omp.h>
 #endif
 
-/* Cache blocking of the general path (KC a multiple of 64). */
+/* Cache blocking of the general path; build-time knobs (CPPFLAGS), with
+ * the small-M K block of a packed B below. A K block must be a positive
+ * multiple of 4, since a K block of a packed B starts at a quad of its
+ * k4 panels (multiples of 64 keep A' and B reads on cache lines). */
 #ifndef SMM_CPU_VNNI_KC
 #define SMM_CPU_VNNI_KC 1024
 #endif
@@ -65,6 +68,12 @@
 #ifndef SMM_CPU_VNNI_DIRECT_PACKED_KC
 #define SMM_CPU_VNNI_DIRECT_PACKED_KC 1024
 #endif
+_Static_assert(SMM_CPU_VNNI_KC > 0 && SMM_CPU_VNNI_KC % 4 == 0,
+               "SMM_CPU_VNNI_KC: a positive multiple of 4");
+_Static_assert(SMM_CPU_VNNI_DIRECT_PACKED_KC > 0 && SMM_CPU_VNNI_DIRECT_PACKED_KC % 4 == 0,
+               "SMM_CPU_VNNI_DIRECT_PACKED_KC: a positive multiple of 4");
+_Static_assert(SMM_CPU_VNNI_MC > 0 && SMM_CPU_VNNI_NC > 0,
+               "SMM_CPU_VNNI_MC, SMM_CPU_VNNI_NC: positive");
 /* Row padding of packed A (the widest vector). */
 #define SMM_CPU_VNNI_APAD 64
 /* The most bytes of A' packed at a time (larger problems go in bands of
