@@ -705,14 +705,15 @@ static smm_mm_problem decode_problem(int64_t m, int64_t n, int64_t k, const int8
 
 /* The decode kernel's one-row-group variant (16 rows per block, 8 warps
  * splitting K in 64-byte chunks, 16-byte streaming loads of the weights,
- * four chunks in flight per lane) reduced to its parts, to see what each
- * costs: the weight reads alone (TG = 0), plus the TG token-fragment loads
- * per chunk, plus the mmas (MMA), without the block reduction and the
- * epilogue. Stores nothing unless what it read or summed has one value
- * (so that nothing is optimized away). */
+ * four chunks in flight per lane; token rows past M clamped to the last,
+ * as there) reduced to its parts, to see what each costs: the weight
+ * reads alone (TG = 0), plus the TG token-fragment loads per chunk, plus
+ * the mmas (MMA), without the block reduction and the epilogue; a K tail
+ * shorter than a chunk is left out. Stores nothing unless what it read or
+ * summed has one value (so that nothing is optimized away). */
 template <int TG, bool MMA>
 __global__ void __launch_bounds__(256, TG <= 1 ? 3 : 2)
-parts_kernel(const int8_t *b, const int8_t *a, int64_t n, int64_t k, int32_t *sink)
+parts_kernel(const int8_t *b, const int8_t *a, int64_t m, int64_t n, int64_t k, int32_t *sink)
 {
     const int D = 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -721,11 +722,24 @@ parts_kernel(const int8_t *b, const int8_t *a, int64_t n, int64_t k, int32_t *si
     const int8_t *w1 = b + min(n0 + g + 8, n - 1) * k + q * 16;
     const int8_t *x[TG > 0 ? TG : 1];
     for (int t = 0; t < TG; t++)
-        x[t] = a + (int64_t)(8 * t + g) * k + q * 16;
+        x[t] = a + min((int64_t)(8 * t + g), m - 1) * k + q * 16;
     const int64_t full = k / 64;
     uint32_t v = 0;
     int32_t acc[TG > 0 ? TG : 1][4] = {};
-    for (int64_t c = warp; c + (D - 1) * 8 < full; c += D * 8) {
+    auto use = [&](const uint4 &u0, const uint4 &u1, const uint4 *xs) {
+        v ^= u0.x ^ u0.y ^ u0.z ^ u0.w ^ u1.x ^ u1.y ^ u1.z ^ u1.w;
+#pragma unroll
+        for (int t = 0; t < TG; t++) {
+            if (MMA) {
+                smm_mma_16832(acc[t], u0.x, u1.x, u0.y, u1.y, xs[t].x, xs[t].y);
+                smm_mma_16832(acc[t], u0.z, u1.z, u0.w, u1.w, xs[t].z, xs[t].w);
+            } else {
+                v ^= xs[t].x ^ xs[t].y ^ xs[t].z ^ xs[t].w;
+            }
+        }
+    };
+    int64_t c = warp;
+    for (; c + (D - 1) * 8 < full; c += D * 8) {
         uint4 u[D][2], xs[D][TG > 0 ? TG : 1];
 #pragma unroll
         for (int s = 0; s < D; s++) {
@@ -736,22 +750,16 @@ parts_kernel(const int8_t *b, const int8_t *a, int64_t n, int64_t k, int32_t *si
                 xs[s][t] = smm_ld_cached16(x[t] + (c + 8 * s) * 64);
         }
 #pragma unroll
-        for (int s = 0; s < D; s++) {
+        for (int s = 0; s < D; s++)
+            use(u[s][0], u[s][1], xs[s]);
+    }
+    for (; c < full; c += 8) {
+        uint4 xs[TG > 0 ? TG : 1];
+        const uint4 u0 = smm_ld_stream16(w0 + c * 64), u1 = smm_ld_stream16(w1 + c * 64);
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                v ^= u[s][h].x ^ u[s][h].y ^ u[s][h].z ^ u[s][h].w;
-#pragma unroll
-            for (int t = 0; t < TG; t++) {
-                if (MMA) {
-                    smm_mma_16832(acc[t], u[s][0].x, u[s][1].x, u[s][0].y, u[s][1].y,
-                                  xs[s][t].x, xs[s][t].y);
-                    smm_mma_16832(acc[t], u[s][0].z, u[s][1].z, u[s][0].w, u[s][1].w,
-                                  xs[s][t].z, xs[s][t].w);
-                } else {
-                    v ^= xs[s][t].x ^ xs[s][t].y ^ xs[s][t].z ^ xs[s][t].w;
-                }
-            }
-        }
+        for (int t = 0; t < TG; t++)
+            xs[t] = smm_ld_cached16(x[t] + c * 64);
+        use(u0, u1, xs);
     }
     for (int t = 0; t < TG; t++)
         v ^= (uint32_t)(acc[t][0] ^ acc[t][1] ^ acc[t][2] ^ acc[t][3]);
@@ -759,10 +767,8 @@ parts_kernel(const int8_t *b, const int8_t *a, int64_t n, int64_t k, int32_t *si
         sink[blockIdx.x] = (int32_t)v;
 }
 
-__global__ void empty_kernel(int32_t *sink)
+__global__ void empty_kernel(void)
 {
-    if (sink == NULL)
-        sink[threadIdx.x] = 0;
 }
 
 /* What a sweep column launches: the library's decode launcher (forced row
@@ -777,21 +783,21 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
     const int64_t tg = (m + 7) / 8;
     const bool mma = kind == SW_MMA;
     if (kind == SW_EMPTY)
-        empty_kernel<<<nblk, 256, 0, st>>>(sink);
+        empty_kernel<<<nblk, 256, 0, st>>>();
     else if (kind == SW_READ)
-        parts_kernel<0, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<0, false><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else if (tg == 1 && mma)
-        parts_kernel<1, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<1, true><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else if (tg == 1)
-        parts_kernel<1, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<1, false><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else if (tg == 2 && mma)
-        parts_kernel<2, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<2, true><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else if (tg == 2)
-        parts_kernel<2, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<2, false><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else if (mma)
-        parts_kernel<4, true><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<4, true><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
     else
-        parts_kernel<4, false><<<nblk, 256, 0, st>>>(b, a, n, k, sink);
+        parts_kernel<4, false><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
 }
 
 /* --decode-sweep: weight GB/s of every decode row-group / cluster choice
@@ -803,11 +809,12 @@ static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    enum { NCFG = 12 };
+    enum { NCFG = 14 };
     const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
                               {SW_DECODE, 4, 1}, {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2},
-                              {SW_DECODE, 1, 4}, {SW_DECODE, 2, 4}, {SW_READ, 0, 0},
-                              {SW_TOKENS, 0, 0}, {SW_MMA, 0, 0},    {SW_EMPTY, 0, 0}};
+                              {SW_DECODE, 4, 2}, {SW_DECODE, 1, 4}, {SW_DECODE, 2, 4},
+                              {SW_DECODE, 4, 4}, {SW_READ, 0, 0},   {SW_TOKENS, 0, 0},
+                              {SW_MMA, 0, 0},    {SW_EMPTY, 0, 0}};
     const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
     int8_t *a, *b;
@@ -864,7 +871,11 @@ static void run_decode_sweep(void)
                 smm_decode_force_g = cfg[ci][1];
                 smm_decode_force_s = cfg[ci][2];
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
-                CK(smm_gpu_launch_mm(&q, st));
+                if (kind == SW_DECODE)
+                    CK(smm_gpu_launch_mm(&q, st));
+                else
+                    launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
+                CK(cudaGetLastError());
                 CK(cudaStreamSynchronize(st));
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int l = 0; l < launches; l++) {
