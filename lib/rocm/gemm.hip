@@ -44,7 +44,9 @@
  *                    every weight byte is read once, with 16-byte loads
  *                    straight into the mma fragments; the warps of a block
  *                    split K and add their int32 partial sums in shared
- *                    memory before the epilogue.
+ *                    memory before the epilogue. On sm_90+ it is launched
+ *                    with programmatic dependent launch and waits for the
+ *                    previous kernel in its first instruction.
  *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
  *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
  *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
@@ -55,10 +57,11 @@
  * The column sums of B needed with an activation zero point are computed by
  * the same kernels from the B tiles they already hold (int32, wrapping).
  *
- * Testing aid: SMM_GPU_GEMM_KERNEL=generic in the environment (read once
+ * Testing aids: SMM_GPU_GEMM_KERNEL=generic in the environment (read once
  * per process) runs every problem on generic_kernel; =mma keeps large
  * problems on mma_kernel instead of tma_kernel / wgmma_kernel; =wgmma
- * keeps them on wgmma_kernel instead of tma_kernel.
+ * keeps them on wgmma_kernel instead of tma_kernel. SMM_GPU_PDL=0 launches
+ * decode_kernel without programmatic dependent launch (below).
  * scripts/gpu-gemm-selftest.cu tests and times these kernels on NVIDIA.
  */
 #include "kernels.h"
@@ -127,6 +130,7 @@ struct smm_mm_dims {
     const int8_t *a;
     const int8_t *b;
     int64_t m, n, k, lda, ldb;
+    int pdl; /* decode kernel: launched with programmatic stream serialization */
 };
 
 __global__ void __launch_bounds__(256)
@@ -562,6 +566,14 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     const int64_t n0 = (int64_t)(blockIdx.x / S) * 16 * G;
     const bool azp = e.azp != NULL;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* Launched with programmatic stream serialization (d.pdl), the kernel
+     * may start while the one ahead of it in the stream is finishing: it
+     * waits here for that grid to complete and its memory to be visible
+     * before it touches global memory. Without a prerequisite grid this
+     * returns at once. */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
     for (int i = tid; i < NR + G * 16; i += SMM_DEC_WARPS * 32)
         red[i] = 0;
     if (S > 1)
@@ -1682,6 +1694,23 @@ static bool smm_wgmma_allowed(void)
  * blocks per cluster (1, 2, 4; sm_90+ only, else 1). */
 static int smm_decode_force_g = 0, smm_decode_force_s = 0;
 
+/* Programmatic dependent launch of the decode kernel (sm_90+): on unless
+ * SMM_GPU_PDL=0 is in the environment (read once per process) or a launch
+ * with it was refused. Each decode launch may then begin while the kernel
+ * ahead of it in the stream drains, and waits in its first instruction
+ * for that kernel's completion (griddepcontrol.wait): the launch latency
+ * overlaps the previous kernel's tail, with the stream's order kept. */
+static int smm_decode_pdl_env = -1, smm_decode_pdl_off = 0;
+
+static bool smm_decode_pdl_allowed(void)
+{
+    if (smm_decode_pdl_env < 0) {
+        const char *v = getenv("SMM_GPU_PDL");
+        smm_decode_pdl_env = !(v != NULL && strcmp(v, "0") == 0);
+    }
+    return smm_decode_pdl_env && !smm_decode_pdl_off;
+}
+
 template <int TG, int G, int S>
 static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_params &e,
                                         gpuStream_t stream)
@@ -1690,13 +1719,13 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
 
     if (nb * S > INT32_MAX)
         return gpuErrorInvalidValue;
-    if (S == 1) {
+    if (S == 1 && d.pdl == 0) {
         smm_decode_kernel<TG, G, 1><<<(unsigned)nb, SMM_DEC_WARPS * 32, 0, stream>>>(d, e);
         return gpuGetLastError();
     }
     {
         cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at[1];
+        cudaLaunchAttribute at[2];
         memset(&cfg, 0, sizeof cfg);
         memset(at, 0, sizeof at);
         cfg.gridDim = dim3((unsigned)(nb * S), 1, 1);
@@ -1707,9 +1736,20 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         at[0].val.clusterDim.x = S;
         at[0].val.clusterDim.y = 1;
         at[0].val.clusterDim.z = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        return cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = S > 1 ? at : at + 1;
+        cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
+        gpuError_t err = cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
+        if (err != gpuSuccess && d.pdl) {
+            /* A runtime or driver without programmatic launches: plain
+             * launches from now on. */
+            (void)gpuGetLastError();
+            smm_decode_pdl_off = 1;
+            cfg.numAttrs = S > 1 ? 1 : 0;
+            err = cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
+        }
+        return err;
     }
 }
 
@@ -1730,8 +1770,10 @@ static gpuError_t smm_launch_decode_tg(const smm_mm_dims &d, const smm_epi_param
                            : smm_launch_decode_tgs<TG, 4, 1>(d, e, stream);
 }
 
-/* Whether the cluster variants carry sm_90 code (they do nothing of the
- * cluster kind when only older code was built), read once. */
+/* Whether the decode kernels were compiled for sm_90+ (from sm_90+ PTX):
+ * only then do they carry the cluster instructions and the wait for a
+ * programmatic launch (older code, or code JIT-compiled from older PTX,
+ * compiles them out), read once. */
 static bool smm_decode_have_cluster(int cc)
 {
     static int have = -1;
@@ -1740,7 +1782,7 @@ static bool smm_decode_have_cluster(int cc)
     if (have < 0) {
         cudaFuncAttributes attr;
         have = cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2>) == cudaSuccess &&
-               attr.binaryVersion >= 90;
+               attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
     }
     return have != 0;
 }
@@ -1748,7 +1790,7 @@ static bool smm_decode_have_cluster(int cc)
 /* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
  * (fewer re-reads of the tokens) and the blocks per cluster (enough blocks
  * for the SMs when N is small), then launches smm_decode_kernel. */
-static gpuError_t smm_launch_decode(const smm_mm_dims &d, const smm_epi_params &e, int cc,
+static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int cc,
                                     int sms, gpuStream_t stream)
 {
     const int tg = (int)((d.m + 7) / 8);
@@ -1768,6 +1810,7 @@ static gpuError_t smm_launch_decode(const smm_mm_dims &d, const smm_epi_params &
     if (tg > 2 && nb2 < (int64_t)sms && smm_decode_have_cluster(cc))
         g = 2, s = 2;
 
+    d.pdl = smm_decode_have_cluster(cc) && smm_decode_pdl_allowed();
     if (smm_decode_force_g > 0)
         g = smm_decode_force_g;
     if (smm_decode_force_s > 0)
@@ -1796,6 +1839,7 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, gpuStream_t stream)
     d.k = p->k;
     d.lda = p->lda;
     d.ldb = p->ldb;
+    d.pdl = 0;
 
     e.c = p->c;
     e.ldc = p->ldc;
