@@ -46,7 +46,10 @@
  *   - 4096 x 4096 x 4096 (every element of some rows and columns plus
  *     random samples are compared);
  *   - C is poisoned around and inside its strided view: the bytes outside
- *     the view must be unchanged and every element inside written.
+ *     the view must be unchanged and every element inside written;
+ *   - A and B written by a slow kernel queued just before the GEMM on the
+ *     same stream (the decode kernel, launched with programmatic dependent
+ *     launch on sm_90+, must wait for it).
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -222,7 +225,23 @@ struct case_opts {
     int special_pct;
     int extreme;             /* 1: every A and B value is -128 */
     int full_check;          /* 0: sampled (large problems) */
+    int late_inputs;         /* 1: A and B are written by a slow kernel queued just
+                                before the GEMM on the same stream */
 };
+
+/* Waits about `ns` nanoseconds, then copies n bytes from src to dst: the
+ * late_inputs cases' writer of A and B. */
+__global__ void slow_copy_kernel(int8_t *dst, const int8_t *src, int64_t n, long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < (unsigned long long)ns);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
 
 static void run_case(const case_opts &o)
 {
@@ -275,10 +294,28 @@ static void run_case(const case_opts &o)
     CK(cudaMalloc((void **)&da, (size_t)(afoot + 512)));
     CK(cudaMalloc((void **)&db, (size_t)(bfoot + 512)));
     CK(cudaMalloc((void **)&dc, (size_t)cbytes + 512));
-    CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)std::max<int64_t>(afoot, 0),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)std::max<int64_t>(bfoot, 0),
-                  cudaMemcpyHostToDevice));
+    int8_t *stage = NULL;
+    cudaStream_t st = 0;
+    if (!o.late_inputs) {
+        CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)std::max<int64_t>(afoot, 0),
+                      cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)std::max<int64_t>(bfoot, 0),
+                      cudaMemcpyHostToDevice));
+    } else {
+        /* A and B hold other values until a kernel queued just before the
+         * GEMM, on the GEMM's stream, writes them after ~200 us. */
+        const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CK(cudaMalloc((void **)&stage, (size_t)(fa + fb + 1)));
+        CK(cudaMemcpy(stage, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(stage + fa, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
+        CK(cudaMemset(da, 0x7f, (size_t)(afoot + 512)));
+        CK(cudaMemset(db, 0x81, (size_t)(bfoot + 512)));
+        CK(cudaDeviceSynchronize());
+        slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
+        slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
+        CK(cudaGetLastError());
+    }
     CK(cudaMemset(dc, 0xA5, (size_t)cbytes + 512));
     if (!p.sa.empty()) {
         CK(cudaMalloc((void **)&dsa, p.sa.size() * 4));
@@ -308,8 +345,12 @@ static void run_case(const case_opts &o)
         q.c = dc + guard;
         q.ldc = o.ldc;
         q.c_dtype = o.dtype;
-        CK(smm_gpu_launch_mm(&q, 0));
+        CK(smm_gpu_launch_mm(&q, st));
         CK(cudaDeviceSynchronize());
+    }
+    if (o.late_inputs) {
+        CK(cudaStreamDestroy(st));
+        CK(cudaFree(stage));
     }
     CK(cudaMemcpy(got.data(), dc, (size_t)cbytes, cudaMemcpyDeviceToHost));
 
@@ -470,6 +511,26 @@ static void run_tests(void)
             o.full_check = 1;
             run_case(o);
         }
+    }
+
+    fprintf(stderr, "A and B written by a kernel queued just before the GEMM (the decode "
+                    "kernel's programmatic launch must wait for it)\n");
+    {
+        const int gs[] = {0, 1, 2, 4};
+        for (it = 0; it < 64; it++) {
+            const int64_t m = it < 60 ? rnd(1, 33) : rnd(64, 300);
+            const int64_t n = rnd(0, 2) == 0 ? rnd(1, 300) : rnd(300, 3000);
+            const int64_t k = rnd(0, 4) == 0 ? rnd(2000, 9000) : rnd(1, 2200);
+            case_opts o = random_opts(m, n, k);
+            o.a_off = o.b_off = 0;
+            o.lda = (k + 15) / 16 * 16;
+            o.ldb = (k + 15) / 16 * 16;
+            o.late_inputs = 1;
+            smm_decode_force_g = gs[rnd(0, 3)];
+            smm_decode_force_s = gs[rnd(0, 3)];
+            run_case(o);
+        }
+        smm_decode_force_g = smm_decode_force_s = 0;
     }
 
     fprintf(stderr, "tile tails\n");
