@@ -1742,12 +1742,15 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
         gpuError_t err = cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
         if (err != gpuSuccess && d.pdl) {
-            /* A runtime or driver without programmatic launches: plain
-             * launches from now on. */
-            (void)gpuGetLastError();
-            smm_decode_pdl_off = 1;
+            /* Refused with the attribute: try without it. When that
+             * launch goes through, the runtime or driver lacks
+             * programmatic launches: plain launches from now on. */
             cfg.numAttrs = S > 1 ? 1 : 0;
-            err = cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e);
+            if (cudaLaunchKernelEx(&cfg, smm_decode_kernel<TG, G, S>, d, e) == gpuSuccess) {
+                (void)gpuGetLastError(); /* the refused launch's error */
+                smm_decode_pdl_off = 1;
+                err = gpuSuccess;
+            }
         }
         return err;
     }
@@ -1770,21 +1773,28 @@ static gpuError_t smm_launch_decode_tg(const smm_mm_dims &d, const smm_epi_param
                            : smm_launch_decode_tgs<TG, 4, 1>(d, e, stream);
 }
 
-/* Whether the decode kernels were compiled for sm_90+ (from sm_90+ PTX):
- * only then do they carry the cluster instructions and the wait for a
- * programmatic launch (older code, or code JIT-compiled from older PTX,
- * compiles them out), read once. */
+/* Whether the decode kernels were compiled for sm_90+ (from sm_90+ PTX)
+ * for the current device: only then do they carry the cluster
+ * instructions and the wait for a programmatic launch (older code, or
+ * code JIT-compiled from older PTX, compiles them out); asked once per
+ * device. (Like the library's other per-process caches, these are plain
+ * variables: threads racing on them store the same values.) */
 static bool smm_decode_have_cluster(int cc)
 {
-    static int have = -1;
+    static signed char have[64]; /* per device: 0 not asked, 1 yes, -1 no */
+    int dev = 0;
     if (cc < 90)
         return false;
-    if (have < 0) {
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (have[dev] == 0) {
         cudaFuncAttributes attr;
-        have = cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2>) == cudaSuccess &&
-               attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
+        have[dev] = cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2>) == cudaSuccess &&
+                            attr.binaryVersion >= 90 && attr.ptxVersion >= 90
+                        ? 1
+                        : -1;
     }
-    return have != 0;
+    return have[dev] > 0;
 }
 
 /* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
