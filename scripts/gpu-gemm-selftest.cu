@@ -47,9 +47,10 @@
  *     random samples are compared);
  *   - C is poisoned around and inside its strided view: the bytes outside
  *     the view must be unchanged and every element inside written;
- *   - A and B written by a slow kernel queued just before the GEMM on the
- *     same stream (the decode kernel, launched with programmatic dependent
- *     launch on sm_90+, must wait for it).
+ *   - A and B written by slow kernels queued just before the GEMM on the
+ *     same stream, the last of which lets the GEMM launch early (the
+ *     decode kernel, launched with programmatic dependent launch on sm_90+,
+ *     must wait for it).
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -225,15 +226,21 @@ struct case_opts {
     int special_pct;
     int extreme;             /* 1: every A and B value is -128 */
     int full_check;          /* 0: sampled (large problems) */
-    int late_inputs;         /* 1: A and B are written by a slow kernel queued just
+    int late_inputs;         /* 1: A and B are written by slow kernels queued just
                                 before the GEMM on the same stream */
 };
 
 /* Waits about `ns` nanoseconds, then copies n bytes from src to dst: the
- * late_inputs cases' writer of A and B. */
+ * late_inputs cases' writer of A and B. On sm_90+ it first lets the
+ * kernel after it in the stream launch (griddepcontrol.launch_dependents),
+ * as a fused producer might: a programmatically launched GEMM can then
+ * start while this one still waits, and must itself wait for the copy. */
 __global__ void slow_copy_kernel(int8_t *dst, const int8_t *src, int64_t n, long long ns)
 {
     unsigned long long t0, t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -302,8 +309,9 @@ static void run_case(const case_opts &o)
         CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)std::max<int64_t>(bfoot, 0),
                       cudaMemcpyHostToDevice));
     } else {
-        /* A and B hold other values until a kernel queued just before the
-         * GEMM, on the GEMM's stream, writes them after ~200 us. */
+        /* A and B hold other values until two kernels queued just before
+         * the GEMM, on the GEMM's stream, write them (after ~100 us each;
+         * see below). */
         const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         CK(cudaMalloc((void **)&stage, (size_t)(fa + fb + 1)));
@@ -311,10 +319,6 @@ static void run_case(const case_opts &o)
         CK(cudaMemcpy(stage + fa, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
         CK(cudaMemset(da, 0x7f, (size_t)(afoot + 512)));
         CK(cudaMemset(db, 0x81, (size_t)(bfoot + 512)));
-        CK(cudaDeviceSynchronize());
-        slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
-        slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
-        CK(cudaGetLastError());
     }
     CK(cudaMemset(dc, 0xA5, (size_t)cbytes + 512));
     if (!p.sa.empty()) {
@@ -345,6 +349,15 @@ static void run_case(const case_opts &o)
         q.c = dc + guard;
         q.ldc = o.ldc;
         q.c_dtype = o.dtype;
+        if (o.late_inputs) {
+            /* Everything above has landed; the writers go just before
+             * the GEMM. */
+            const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
+            CK(cudaDeviceSynchronize());
+            slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
+            slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
+            CK(cudaGetLastError());
+        }
         CK(smm_gpu_launch_mm(&q, st));
         CK(cudaDeviceSynchronize());
     }
@@ -513,8 +526,8 @@ static void run_tests(void)
         }
     }
 
-    fprintf(stderr, "A and B written by a kernel queued just before the GEMM (the decode "
-                    "kernel's programmatic launch must wait for it)\n");
+    fprintf(stderr, "A and B written by kernels queued just before the GEMM, which may "
+                    "launch early (M 1..33 on the decode path, then larger M)\n");
     {
         const int gs[] = {0, 1, 2, 4};
         for (it = 0; it < 64; it++) {
