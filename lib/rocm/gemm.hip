@@ -1814,18 +1814,19 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * K = 14336: 6% faster, K = 4096: no different); four groups (fewer
      * registers for loads in flight) and the other clusters were slower
      * or no faster on those shapes. */
+    const bool sm90 = smm_decode_have_cluster(cc); /* clusters and the wait */
     int g = tg > 1 && nb2 >= (int64_t)sms && (tg > 2 || nb2 <= 2 * (int64_t)sms) ? 2 : 1;
     int s = 1;
 
-    if (tg > 2 && nb2 < (int64_t)sms && smm_decode_have_cluster(cc))
+    if (tg > 2 && nb2 < (int64_t)sms && sm90)
         g = 2, s = 2;
 
-    d.pdl = smm_decode_have_cluster(cc) && smm_decode_pdl_allowed();
+    d.pdl = sm90 && smm_decode_pdl_allowed();
     if (smm_decode_force_g > 0)
         g = smm_decode_force_g;
     if (smm_decode_force_s > 0)
         s = smm_decode_force_s;
-    if (!smm_decode_have_cluster(cc))
+    if (!sm90)
         s = 1;
     switch (tg) {
     case 1: return smm_launch_decode_tg<1>(d, e, g, s, stream);
