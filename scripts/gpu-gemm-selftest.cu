@@ -301,18 +301,16 @@ static void run_case(const case_opts &o)
     CK(cudaMalloc((void **)&da, (size_t)(afoot + 512)));
     CK(cudaMalloc((void **)&db, (size_t)(bfoot + 512)));
     CK(cudaMalloc((void **)&dc, (size_t)cbytes + 512));
+    const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
     int8_t *stage = NULL;
     cudaStream_t st = 0;
     if (!o.late_inputs) {
-        CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)std::max<int64_t>(afoot, 0),
-                      cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)std::max<int64_t>(bfoot, 0),
-                      cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
     } else {
         /* A and B hold other values until two kernels queued just before
          * the GEMM, on the GEMM's stream, write them (after ~100 us each;
          * see below). */
-        const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         CK(cudaMalloc((void **)&stage, (size_t)(fa + fb + 1)));
         CK(cudaMemcpy(stage, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
@@ -352,7 +350,6 @@ static void run_case(const case_opts &o)
         if (o.late_inputs) {
             /* Everything above has landed; the writers go just before
              * the GEMM. */
-            const int64_t fa = std::max<int64_t>(afoot, 0), fb = std::max<int64_t>(bfoot, 0);
             CK(cudaDeviceSynchronize());
             slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
             slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
