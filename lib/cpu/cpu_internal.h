@@ -145,8 +145,8 @@ void smm_cpu_epilogue_avx2(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int
  */
 
 /*
- * Panel microkernel, for i < mr (1 .. table mr), j < np * nr (np 1 .. table
- * np):
+ * Panel microkernel, for i < mr (1 .. table mr, or 1 .. table dmr when
+ * np = 1), j < np * nr (np 1 .. table np):
  *   acc[i * ldacc + j] += sum_{q < kq} sum_{t < 4}
  *                         a[i * lda + 4q + t] * b[(j / nr) * ldbp + q * 4 * nr + (j % nr) * 4 + t]
  * a as uint8 (the shifted A'), b as int8 (panels as above); every sum and
@@ -172,16 +172,19 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 
 /* Register blocking and packed formats of the two vector widths (the real
  * and the emulated tables of a width share them). zmm: 8 rows x 2 panels
- * of 16 columns = 16 accumulators; row-dot 6 rows x 4 columns. ymm (16
+ * of 16 columns = 16 accumulators; with one panel, up to 16 rows (the
+ * small-M path's single pass, below); row-dot 6 rows x 4 columns. ymm (16
  * registers): 6 rows x 2 panels of 8 columns = 12 accumulators; row-dot 2
  * rows x 4 columns. */
 #define SMM_CPU_VNNI512_FORMAT "cpu avx512_vnni int8 panels 16 rows x k4 + colsums"
 #define SMM_CPU_VNNI512_MR 8
 #define SMM_CPU_VNNI512_NP 2
+#define SMM_CPU_VNNI512_DMR 16
 #define SMM_CPU_VNNI512_RMR 6
 #define SMM_CPU_VNNI256_FORMAT "cpu avx_vnni int8 panels 8 rows x k4 + colsums"
 #define SMM_CPU_VNNI256_MR 6
 #define SMM_CPU_VNNI256_NP 2
+#define SMM_CPU_VNNI256_DMR 6
 #define SMM_CPU_VNNI256_RMR 2
 
 /* How far ahead (bytes) in each panel of B the panel microkernels ask for
@@ -195,6 +198,15 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 #ifndef SMM_CPU_VNNI_PF_HINT
 #define SMM_CPU_VNNI_PF_HINT _MM_HINT_T0
 #endif
+/* The single-pass panel kernel (more than mr rows, one panel): a second
+ * prefetch per step this far ahead (bytes), into L2, so that enough of
+ * the stream is in flight to cover the memory's latency (a core tracks
+ * few more L1 misses than the near prefetch keeps busy). 0: none. On two
+ * cores of a Sapphire Rapids class Xeon, M = 16: 0, 4, 8, 16 and 32 KiB
+ * compared (doc/performance.md); 8 KiB was as good as any. */
+#ifndef SMM_CPU_VNNI_PF_FAR_BYTES
+#define SMM_CPU_VNNI_PF_FAR_BYTES 8192
+#endif
 
 /* One VNNI level's kernels and register blocking. */
 typedef struct smm_cpu_vnni_kernels {
@@ -202,6 +214,9 @@ typedef struct smm_cpu_vnni_kernels {
     const char *format;   /* the packed-B format (same layout = same string) */
     int nr;               /* panel width (columns), 16 or 8 */
     int mr, np;           /* panel kernel: rows, panels */
+    int dmr;              /* panel kernel with np = 1: up to dmr rows (>= mr);
+                             the small-M path with a prepacked B then
+                             makes one pass over B when M <= dmr */
     int rmr;              /* row-dot kernel: rows */
     smm_cpu_vnni_panel_fn panel;
     smm_cpu_vnni_rowdot_fn rowdot;

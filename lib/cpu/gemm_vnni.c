@@ -31,6 +31,11 @@
  *           are read in place, 4 at a time, by the row-dot kernel, every
  *           row of A' (plus one row of ones, which yields the column sums)
  *           against them: B streams from memory once.
+ *       small M, B prepacked, mr < M <= dmr (the level's panel kernel
+ *           takes that many rows with one panel): one K block of all of
+ *           K, and each panel in one call with every row, so that B
+ *           streams from memory once, in address order, with no second
+ *           pass over it from cache.
  *   acc - (128 + z) * colsum -> epilogue (per row, the level's)
  *
  * A prepacked B (smm_cpu_vnni_pack_b) holds B as panels over the whole of
@@ -325,6 +330,7 @@ typedef struct vplan {
     int64_t ldacc;
     int direct;             /* small M (B streams from memory once) */
     int rowdot;             /* small M, B read in place */
+    int onepass;            /* small M, B prepacked: one pass per panel */
     int64_t band_rows;      /* rows of A' packed at a time (a multiple of mc,
                                or M) */
     size_t apack_bytes;     /* shared: band_rows + 1 rows of A' */
@@ -341,6 +347,7 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
     const int direct = p->m <= SMM_CPU_VNNI_DIRECT_M;
     pl->direct = direct;
     pl->rowdot = direct && !p->b_packed;
+    pl->onepass = direct && p->b_packed && p->m > v->mr && p->m <= v->dmr;
     if (direct) {
         pl->mc = pl->m;
         /* Enough column tiles to keep every thread busy. */
@@ -353,6 +360,10 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
          * L1 while every row block of A' passes over them, so that B
          * streams from memory once, without pauses. */
         pl->kc = p->b_packed ? SMM_CPU_VNNI_DIRECT_PACKED_KC : SMM_CPU_VNNI_DIRECT_KC;
+        /* One pass: all of K in one block (a panel is then one run of
+         * memory, and the next panel follows it). */
+        if (pl->onepass)
+            pl->kc = round_up(max64(pl->k, 1), 4);
     } else {
         pl->mc = balanced_block(pl->m, SMM_CPU_VNNI_MC, v->mr);
         pl->nc = balanced_block(pl->n, SMM_CPU_VNNI_NC, unit);
@@ -507,6 +518,13 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                     pf_bytes = kc;
                     pf_n = (int)min64(unit, nt - jr - unit);
                 }
+            }
+            if (pl->onepass) {
+                /* Every row (mt <= dmr) against one panel at a time. */
+                for (int pi = 0; pi < np; pi++)
+                    v->panel(kq, apack + k0, lda_p, (int)mt, bp + pi * ldbp, ldbp, 1,
+                             acc + jr + pi * nr, ldacc);
+                continue;
             }
             const int64_t nblk = (mt + v->mr - 1) / v->mr;
             int64_t blk = 0;

@@ -56,12 +56,15 @@ KATTR __m512i bcast4(const uint8_t *p)
  * (row i, column p * 16 + j). Per quad: NP loads of 64 bytes of B (and NP
  * prefetches, SMM_CPU_VNNI_PF_BYTES ahead), MR broadcasts of 4 bytes of
  * A', MR * NP vpdpbusd. MR and NP are constants
- * at every call, so the arrays live in registers.
+ * at every call, so the arrays live in registers. Above 8 rows (one panel,
+ * up to 16 rows: 16 accumulators, the small-M path's single pass over B)
+ * each quad also asks for the line SMM_CPU_VNNI_PF_FAR_BYTES ahead, into
+ * L2.
  */
 KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, int64_t lda,
                       const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
 {
-    __m512i c[SMM_CPU_VNNI512_MR][SMM_CPU_VNNI512_NP];
+    __m512i c[SMM_CPU_VNNI512_DMR][SMM_CPU_VNNI512_NP];
     UNROLL_ALL for (int i = 0; i < MR; i++)
         UNROLL_ALL for (int p = 0; p < NP; p++)
             c[i][p] = _mm512_setzero_si512();
@@ -70,6 +73,10 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
         UNROLL_ALL for (int p = 0; p < NP; p++) {
 #if SMM_CPU_VNNI_PF_BYTES > 0
             _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_BYTES), SMM_CPU_VNNI_PF_HINT);
+#endif
+#if SMM_CPU_VNNI_PF_FAR_BYTES > 0
+            if (MR > SMM_CPU_VNNI512_MR)
+                _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_FAR_BYTES), _MM_HINT_T1);
 #endif
             bv[p] = _mm512_loadu_si512((const void *)(b + p * ldbp + q * 64));
         }
@@ -96,10 +103,13 @@ static __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) 
 panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b, int64_t ldbp, int np,
       uint32_t *acc, int64_t ldacc)
 {
-    _Static_assert(SMM_CPU_VNNI512_MR == 8 && SMM_CPU_VNNI512_NP == 2, "cases below");
+    _Static_assert(SMM_CPU_VNNI512_MR == 8 && SMM_CPU_VNNI512_NP == 2 &&
+                   SMM_CPU_VNNI512_DMR == 16, "cases below");
     switch (mr * 4 + np) {
     PANEL_CASE(1, 1) PANEL_CASE(2, 1) PANEL_CASE(3, 1) PANEL_CASE(4, 1)
     PANEL_CASE(5, 1) PANEL_CASE(6, 1) PANEL_CASE(7, 1) PANEL_CASE(8, 1)
+    PANEL_CASE(9, 1) PANEL_CASE(10, 1) PANEL_CASE(11, 1) PANEL_CASE(12, 1)
+    PANEL_CASE(13, 1) PANEL_CASE(14, 1) PANEL_CASE(15, 1) PANEL_CASE(16, 1)
     PANEL_CASE(1, 2) PANEL_CASE(2, 2) PANEL_CASE(3, 2) PANEL_CASE(4, 2)
     PANEL_CASE(5, 2) PANEL_CASE(6, 2) PANEL_CASE(7, 2) PANEL_CASE(8, 2)
     default:
@@ -205,7 +215,7 @@ rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *b
 
 static const smm_cpu_vnni_kernels table = {
     "avx512_vnni", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
-    SMM_CPU_VNNI512_RMR, panel, rowdot,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel, rowdot,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx512 = &table;
 #else
