@@ -148,7 +148,9 @@ typedef struct smm_cpu_info {
     int x86;
     int sse2, ssse3, sse41, sse42, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512_vnni, avx512_bf16, avx_vnni;
+    int amx_tile, amx_int8;
     int os_ymm, os_zmm;      /* XGETBV: OS saves YMM / opmask+ZMM state */
+    int os_amx;              /* XGETBV: OS manages the AMX tile state */
     char vendor[13];
     char brand[49];
     char features[256];      /* space-separated, usable features only */

@@ -62,6 +62,8 @@ static void probe_x86(smm_cpu_info *ci)
      * upper halves, ZMM16-31. */
     ci->os_ymm = (xcr0 & 0x6) == 0x6;
     ci->os_zmm = ci->os_ymm && (xcr0 & 0xE0) == 0xE0;
+    /* Bits 17 and 18: the AMX tile configuration and tile data. */
+    ci->os_amx = (xcr0 & 0x60000) == 0x60000;
 
     ci->avx = cpu_avx && ci->os_ymm;
     ci->fma = cpu_fma && ci->avx;
@@ -77,13 +79,14 @@ static void probe_x86(smm_cpu_info *ci)
         ci->avx512bw = ((ebx7 >> 30) & 1) && ci->avx512f;
         ci->avx512vl = ((ebx7 >> 31) & 1) && ci->avx512f;
         ci->avx512_vnni = ((ecx7 >> 11) & 1) && ci->avx512f;
+        ci->amx_tile = ((edx7 >> 24) & 1) && ci->os_amx;
+        ci->amx_int8 = ((edx7 >> 25) & 1) && ci->amx_tile;
         if (eax7 >= 1) {
             unsigned eax71, ebx71, ecx71, edx71;
             __cpuid_count(7, 1, eax71, ebx71, ecx71, edx71);
             ci->avx_vnni = ((eax71 >> 4) & 1) && ci->avx2;
             ci->avx512_bf16 = ((eax71 >> 5) & 1) && ci->avx512f;
         }
-        (void)edx7;
     }
 
     unsigned max_ext = __get_cpuid_max(0x80000000u, NULL);
@@ -120,6 +123,8 @@ static void probe_x86(smm_cpu_info *ci)
     add_feature(f, cap, ci->avx512vl, "avx512vl");
     add_feature(f, cap, ci->avx512_vnni, "avx512_vnni");
     add_feature(f, cap, ci->avx512_bf16, "avx512_bf16");
+    add_feature(f, cap, ci->amx_tile, "amx_tile");
+    add_feature(f, cap, ci->amx_int8, "amx_int8");
 }
 #endif
 

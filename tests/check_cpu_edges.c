@@ -480,7 +480,8 @@ END_TEST
 START_TEST(test_packed_across_levels)
 {
     static const char *const levels[] = {
-        "scalar", "avx2", "avx_vnni", "avx512_vnni", "avx_vnni_emulated", "avx512_vnni_emulated",
+        "scalar", "avx2", "avx_vnni", "avx512_vnni", "amx_int8", "avx_vnni_emulated",
+        "avx512_vnni_emulated", "amx_int8_emulated",
     };
     enum { NL = sizeof levels / sizeof levels[0] };
     cf_rng r = tu_rng("packed_across_levels");

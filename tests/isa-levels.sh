@@ -39,7 +39,8 @@ esac
 echo "isa-levels.sh: levels this CPU runs: $runs"
 
 failed=0
-for level in scalar avx2 avx_vnni avx512_vnni avx_vnni_emulated avx512_vnni_emulated; do
+for level in scalar avx2 avx_vnni avx512_vnni amx_int8 avx_vnni_emulated avx512_vnni_emulated \
+    amx_int8_emulated; do
     case "$level" in
     *_emulated) ;;
     *)

@@ -150,8 +150,12 @@ static int level_rank(const char *name)
     if (!name)
         return -1;
     if (strcasecmp(name, "c") == 0 || strcasecmp(name, "avx_vnni_emulated") == 0 ||
-        strcasecmp(name, "avx512_vnni_emulated") == 0)
+        strcasecmp(name, "avx512_vnni_emulated") == 0 ||
+        strcasecmp(name, "amx_int8_emulated") == 0)
         return 0;
+    /* The AMX level's figures are still taken against vpdpbusd zmm. */
+    if (strcasecmp(name, "amx_int8") == 0)
+        return 3;
     for (i = 0; i < 4; i++)
         if (strcasecmp(name, levels[i]) == 0)
             return i;

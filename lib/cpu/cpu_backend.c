@@ -4,7 +4,7 @@
  *
  * The kernel table is chosen once per context from the CPU features found by
  * lib/probe.c, highest level first. The environment variable SMM_CPU_ISA
- * caps the level (scalar | avx2 | avx_vnni | avx512_vnni, as oneDNN's
+ * caps the level (scalar | avx2 | avx_vnni | avx512_vnni | amx_int8, as oneDNN's
  * ONEDNN_MAX_CPU_ISA), so every level can be tested on a machine that has a
  * higher one; every level computes the same bits.
  */
@@ -21,8 +21,9 @@
 #endif
 
 /* The ISA levels, lowest first. */
-enum { LVL_SCALAR, LVL_AVX2, LVL_AVX_VNNI, LVL_AVX512_VNNI, LVL_COUNT };
-static const char *const level_names[LVL_COUNT] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"};
+enum { LVL_SCALAR, LVL_AVX2, LVL_AVX_VNNI, LVL_AVX512_VNNI, LVL_AMX_INT8, LVL_COUNT };
+static const char *const level_names[LVL_COUNT] = {"scalar", "avx2", "avx_vnni", "avx512_vnni",
+                                                   "amx_int8"};
 
 /* Can this CPU, OS and build run the level? Else *why says what is missing. */
 static int level_runs(int lvl, const char **why)
@@ -48,6 +49,19 @@ static int level_runs(int lvl, const char **why)
                    : "no avx512f+bw+vl+avx512_vnni, or the OS does not save ZMM state";
         return smm_cpu_vnni_avx512 && smm_cpu_kernels_avx2 && avx2 && ci->os_zmm && ci->avx512f &&
                ci->avx512bw && ci->avx512vl && ci->avx512_vnni;
+    case LVL_AMX_INT8:
+        /* Also runs the AVX-512 VNNI level's kernels (small M, K tails). */
+        if (!smm_cpu_vnni_amx) {
+            *why = "built without AMX kernels";
+            return 0;
+        }
+        if (!level_runs(LVL_AVX512_VNNI, why))
+            return 0;
+        *why = "no amx_tile+amx_int8, or the OS does not manage the tile state";
+        if (!(ci->amx_tile && ci->amx_int8 && ci->os_amx))
+            return 0;
+        *why = "the OS refused this process the tile state (arch_prctl)";
+        return smm_cpu_amx_permit();
     default:
         return 0;
     }
@@ -73,6 +87,10 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
             max = LVL_AVX_VNNI;
         else if (strcasecmp(env, "avx512_vnni") == 0)
             max = LVL_AVX512_VNNI;
+        else if (strcasecmp(env, "amx_int8") == 0)
+            max = LVL_AMX_INT8;
+        else if (strcasecmp(env, "amx_int8_emulated") == 0)
+            emulated = &smm_cpu_vnni_amx_emulated;
         else if (strcasecmp(env, "avx512_vnni_emulated") == 0)
             emulated = &smm_cpu_vnni_avx512_emulated;
         else if (strcasecmp(env, "avx_vnni_emulated") == 0)
@@ -112,6 +130,7 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
     if (lvl < max)
         level_runs(lvl + 1, &missing);
     switch (lvl) {
+    case LVL_AMX_INT8: st->v = smm_cpu_vnni_amx; break;
     case LVL_AVX512_VNNI: st->v = smm_cpu_vnni_avx512; break;
     case LVL_AVX_VNNI: st->v = smm_cpu_vnni_avx; break;
     case LVL_SCALAR: st->k = &smm_cpu_kernels_c; break;
@@ -122,6 +141,8 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
         "AVX2 kernels (int16 vpmaddwd)",
         "AVX-VNNI kernels (vpdpbusd ymm, +128 shift with column-sum compensation)",
         "AVX-512 VNNI kernels (vpdpbusd zmm, +128 shift with column-sum compensation)",
+        "AMX-INT8 kernels (tdpbusd on 16 x 16 tiles for M > 16, AVX-512 VNNI at M <= 16; "
+        "+128 shift with column-sum compensation)",
     };
     char because[160];
     if (unknown)

@@ -186,6 +186,15 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 #define SMM_CPU_VNNI256_NP 2
 #define SMM_CPU_VNNI256_DMR 6
 #define SMM_CPU_VNNI256_RMR 2
+/* AMX (kernels_amx.c): the panel kernel on 2 x 2 tiles of 16 x 16 int32,
+ * 32 rows x 2 panels of 16 columns, the AVX-512 packed format. */
+#define SMM_CPU_AMX_MR 32
+#define SMM_CPU_AMX_NP 2
+/* Its K block: a build-time knob, a positive multiple of 64 (whole tile
+ * steps; the last block of K takes any tail). */
+#ifndef SMM_CPU_AMX_KC
+#define SMM_CPU_AMX_KC 1024
+#endif
 
 /* How far ahead (bytes) in each panel of B the panel microkernels ask for
  * the cache line they will read (a prefetch into L1 per panel per step;
@@ -219,7 +228,11 @@ typedef struct smm_cpu_vnni_kernels {
                              makes one pass over B when M <= dmr */
     int rmr;              /* row-dot kernel: rows */
     smm_cpu_vnni_panel_fn panel;
-    smm_cpu_vnni_rowdot_fn rowdot;
+    smm_cpu_vnni_rowdot_fn rowdot;   /* NULL when .small is set */
+    /* NULL, or the kernels of the small-M path (M <= 16), same format */
+    const struct smm_cpu_vnni_kernels *small;
+    int kc;               /* K block of the general path (bytes, a multiple
+                             of 4), 0: SMM_CPU_VNNI_KC (gemm_vnni.c) */
 } smm_cpu_vnni_kernels;
 
 /* The tables. The real ones are NULL when the compiler cannot build them;
@@ -228,9 +241,16 @@ typedef struct smm_cpu_vnni_kernels {
  * packing, compensation and lane arithmetic (SMM_CPU_ISA=*_emulated, a
  * testing aid: they prove the data flow on any CPU; they are slow). */
 extern const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx512 SMM_INTERNAL;
+extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_kernels SMM_INTERNAL; /* when built */
+extern const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx SMM_INTERNAL;
+/* Linux: the process's permission to use the AMX tile state, asked for
+ * once (arch_prctl); 1 when granted or not needed, 0 otherwise or when
+ * the AMX kernels are not built. */
+int smm_cpu_amx_permit(void) SMM_INTERNAL;
 extern const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx SMM_INTERNAL;
 extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_emulated SMM_INTERNAL;
 extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated SMM_INTERNAL;
+extern const smm_cpu_vnni_kernels smm_cpu_vnni_amx_emulated SMM_INTERNAL;
 
 /* Per-context state (ctx->backend_data). */
 typedef struct smm_cpu_state {

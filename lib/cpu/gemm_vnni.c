@@ -330,7 +330,8 @@ typedef struct vplan {
     int64_t ldacc;
     int direct;             /* small M (B streams from memory once) */
     int rowdot;             /* small M, B read in place */
-    int onepass;            /* small M, B prepacked: one pass per panel */
+    int onepass;            /* small M, B prepacked, mr < M <= dmr: one pass
+                               per panel */
     int64_t band_rows;      /* rows of A' packed at a time (a multiple of mc,
                                or M) */
     size_t apack_bytes;     /* shared: band_rows + 1 rows of A' */
@@ -370,7 +371,7 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
         while ((pl->m + pl->mc - 1) / pl->mc * ((pl->n + pl->nc - 1) / pl->nc) < 2 * (int64_t)nthreads
                && pl->nc > unit)
             pl->nc = round_up(pl->nc / 2, unit);
-        pl->kc = SMM_CPU_VNNI_KC;
+        pl->kc = v->kc > 0 ? v->kc : SMM_CPU_VNNI_KC;
     }
     /* Rows of A' hold all of K, padded to the widest vector; a row length
      * that is a multiple of 1 KiB gets one more vector, so that the rows a
@@ -574,10 +575,13 @@ smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
     const int nthreads = smm_threads(ctx);
+    /* A level may hand small M to another one of the same format. */
+    const smm_cpu_vnni_kernels *v =
+        p->m <= SMM_CPU_VNNI_DIRECT_M && st->v->small ? st->v->small : st->v;
 
     vplan pl;
-    make_plan(&pl, st->v, p, nthreads);
-    const mm_job job = {st->v, st->k, &pl, p};
+    make_plan(&pl, v, p, nthreads);
+    const mm_job job = {v, st->k, &pl, p};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, pl.apack_bytes,
                                    mm_prepare, pl.band_rows, (size_t)pl.lda_p};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);

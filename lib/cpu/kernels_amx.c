@@ -1,0 +1,183 @@
+/*
+ * kernels_amx.c - the AMX level: Intel AMX-INT8 tiles (tdpbusd) for the
+ * panel microkernel of the general path, the AVX-512 VNNI level's kernels
+ * for everything else.
+ *
+ * The data flow is the VNNI levels' (gemm_vnni.c, cpu_internal.h): A' = A
+ * xor 0x80 as uint8 rows, B in panels of 16 columns x k4 (the AVX-512
+ * format, so a B packed on either level is used by the other), 128 *
+ * colsum(B) subtracted before the epilogue. A quad row of a panel (64
+ * bytes: 16 columns x 4 K values) is exactly one row of tdpbusd's second
+ * operand, and 64 bytes of a row of A' one row of its first, so both are
+ * loaded into tiles in place (tileloadd with a stride), with no packing of
+ * their own.
+ *
+ * Exactness: tdpbusd adds to each 32-bit lane of the destination the sum
+ * of four products of an unsigned byte of the first source by a signed
+ * byte of the second (|sum| <= 130560, exact), with a wrapping 32-bit add,
+ * as vpdpbusd does: the lanes are sums modulo 2^32 at every K.
+ *
+ * Use: cpu_backend.c selects this level only when CPUID reports amx_tile
+ * and amx_int8 besides the AVX-512 VNNI level's features, XCR0 shows that
+ * the OS manages the tile state (bits 17 and 18), and, on Linux, the
+ * process was granted that state (smm_cpu_amx_permit: arch_prctl
+ * ARCH_REQ_XCOMP_PERM, once per process).
+ */
+#include "config.h"
+#include "cpu/cpu_internal.h"
+
+#if defined(SMM_HAVE_AVX2_BUILD) && defined(__x86_64__) &&                                 \
+    (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define SMM_BUILD_AMX 1
+#endif
+
+_Static_assert(SMM_CPU_AMX_KC > 0 && SMM_CPU_AMX_KC % 64 == 0,
+               "SMM_CPU_AMX_KC: a positive multiple of 64");
+
+#ifdef SMM_BUILD_AMX
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#define AATTR __attribute__((target("amx-tile,amx-int8,avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* LDTILECFG's 64-byte operand (palette 1). */
+typedef struct tile_config {
+    uint8_t palette, start_row;
+    uint8_t reserved0[14];
+    uint16_t colsb[16]; /* bytes per row of tiles 0-7; the rest reserved, 0 */
+    uint8_t rows[16];   /* rows of tiles 0-7; the rest reserved, 0 */
+} tile_config;
+
+/*
+ * Tiles: 0-3 accumulators C[r][p] (rows 16 r .. of the block, panel p),
+ * 4-5 rows of A' (16 each), 6-7 the two panels' quads (16 quads x 16
+ * columns). R2: a second group of rows (mr > 16), NP2: a second panel.
+ * acc (rows ldacc apart, uint32) += A' (mr rows, lda apart, 64 * steps
+ * bytes) x the panels (b, ldbp apart; 16 * steps quads).
+ */
+static inline __attribute__((always_inline, target("amx-tile,amx-int8"))) void
+amx_block(const int R2, const int NP2, int r0, int r1, int64_t steps, const uint8_t *a,
+          int64_t lda, const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = (uint8_t)r0, cfg.colsb[0] = 64;
+    cfg.rows[4] = (uint8_t)r0, cfg.colsb[4] = 64;
+    cfg.rows[6] = 16, cfg.colsb[6] = 64;
+    if (NP2) {
+        cfg.rows[1] = (uint8_t)r0, cfg.colsb[1] = 64;
+        cfg.rows[7] = 16, cfg.colsb[7] = 64;
+    }
+    if (R2) {
+        cfg.rows[2] = (uint8_t)r1, cfg.colsb[2] = 64;
+        cfg.rows[5] = (uint8_t)r1, cfg.colsb[5] = 64;
+        if (NP2)
+            cfg.rows[3] = (uint8_t)r1, cfg.colsb[3] = 64;
+    }
+    _tile_loadconfig(&cfg);
+
+    const int64_t cs = ldacc * 4; /* bytes between rows of acc */
+    uint32_t *acc1 = acc + 16 * ldacc;
+    const uint8_t *a1 = a + 16 * lda;
+    const int8_t *b1 = b + ldbp;
+    _tile_loadd(0, acc, cs);
+    if (NP2)
+        _tile_loadd(1, acc + 16, cs);
+    if (R2) {
+        _tile_loadd(2, acc1, cs);
+        if (NP2)
+            _tile_loadd(3, acc1 + 16, cs);
+    }
+    for (int64_t s = 0; s < steps; s++) {
+        _tile_loadd(4, a + 64 * s, lda);
+        _tile_loadd(6, b + 1024 * s, 64);
+        if (R2)
+            _tile_loadd(5, a1 + 64 * s, lda);
+        _tile_dpbusd(0, 4, 6);
+        if (NP2) {
+            _tile_loadd(7, b1 + 1024 * s, 64);
+            _tile_dpbusd(1, 4, 7);
+        }
+        if (R2) {
+            _tile_dpbusd(2, 5, 6);
+            if (NP2)
+                _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, acc, cs);
+    if (NP2)
+        _tile_stored(1, acc + 16, cs);
+    if (R2) {
+        _tile_stored(2, acc1, cs);
+        if (NP2)
+            _tile_stored(3, acc1 + 16, cs);
+    }
+    _tile_release();
+}
+
+/* The panel microkernel (cpu_internal.h), mr <= 32, np <= 2: whole groups
+ * of 16 quads on the tiles, the rest of K (fewer than 16 quads) on the
+ * AVX-512 VNNI panel kernel, 8 rows at a time, into the same sums. */
+static AATTR void panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b,
+                        int64_t ldbp, int np, uint32_t *acc, int64_t ldacc)
+{
+    const int64_t steps = kq / 16;
+    if (steps > 0) {
+        const int r0 = mr < 16 ? mr : 16, r1 = mr - r0;
+        if (r1 > 0 && np > 1)
+            amx_block(1, 1, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
+        else if (r1 > 0)
+            amx_block(1, 0, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
+        else if (np > 1)
+            amx_block(0, 1, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
+        else
+            amx_block(0, 0, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
+    }
+    if (kq > 16 * steps) {
+        const smm_cpu_vnni_kernels *v = &smm_cpu_vnni_avx512_kernels;
+        for (int i = 0; i < mr; i += v->mr)
+            v->panel(kq - 16 * steps, a + i * lda + 64 * steps, lda,
+                     mr - i < v->mr ? mr - i : v->mr, b + 1024 * steps, ldbp, np,
+                     acc + i * ldacc, ldacc);
+    }
+}
+
+/* Linux: asks once for the process's permission to use the tile data
+ * state (which Linux grants on request, and which the first tile
+ * instruction would otherwise fault on). 1 when granted or not needed. */
+int smm_cpu_amx_permit(void)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    static int state; /* 0 not asked, 1 granted, -1 refused */
+    if (state == 0) {
+        const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+        state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
+    }
+    return state > 0;
+#else
+    return 1;
+#endif
+}
+
+/* Small M (the direct path) runs on the AVX-512 VNNI level's kernels
+ * (.small): there the weights' bandwidth, not the arithmetic, sets the
+ * time. */
+static const smm_cpu_vnni_kernels table = {
+    "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP, SMM_CPU_AMX_MR,
+    SMM_CPU_VNNI512_RMR, panel, NULL, &smm_cpu_vnni_avx512_kernels, SMM_CPU_AMX_KC,
+};
+const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx = &table;
+#else
+int smm_cpu_amx_permit(void)
+{
+    return 0;
+}
+
+const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx = NULL;
+#endif
