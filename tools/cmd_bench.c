@@ -67,7 +67,7 @@ void cmd_bench_help(FILE *f)
           "once per run, before the layers, on the same threads (the 'peak' and\n"
           "'bandwidth' lines): the peak by a register-only loop of the widest int8\n"
           "dot-product instruction the CPU has, at or below the level SMM_CPU_ISA\n"
-          "caps the CPU backend at (vpdpbusd zmm with AVX-512 VNNI,\n"
+          "caps the CPU backend at (vpdpbusd zmm with AVX-512 VNNI, AMX included,\n"
           "vpdpbusd ymm with AVX-VNNI, else vpmaddwd ymm + vpaddd, counted as 16\n"
           "multiply-adds), 2 ops per multiply-add, median of 3 runs of ~0.1 s; the\n"
           "bandwidth by all threads OR-ing a buffer of 8 x the last-level cache\n"
