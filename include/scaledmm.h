@@ -172,11 +172,11 @@ SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend);
  * Host working memory is allocated at the start of each call and freed
  * before it returns (a failure is SMM_ERR_NO_MEMORY with nothing written);
  * on the cpu backend a matrix multiplication takes, per thread, a tile of
- * int32 sums and packed panels (under 1 MiB), and at the avx_vnni and
- * avx512_vnni levels also a shifted copy of A shared by the threads: M + 1
- * rows of K bytes rounded up to 64 (64 more when that is a multiple of
- * 1024), or, when that exceeds 16 MiB, as many rows as fit in 16 MiB
- * (at least one row block) at a time.
+ * int32 sums and packed panels (under 1 MiB), and at the avx_vnni,
+ * avx512_vnni and amx_int8 levels also a shifted copy of A shared by the
+ * threads: M + 1 rows of K bytes rounded up to 64 (64 more when that is a
+ * multiple of 1024), or, when that exceeds 16 MiB, as many rows as fit in
+ * 16 MiB (at least one row block) at a time.
  * Errors: as smm_context_create, plus SMM_ERR_INVALID_ARG when the
  * allocator has a NULL alloc or free member. */
 SMM_API smm_status smm_context_create_with_allocator(smm_context **ctx,
@@ -387,8 +387,9 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
  *              1024 (the blocked driver's layout), an int8 copy of B (read
  *              by the small-M path) and the column sums: about 3 bytes per
  *              element of B (panels padded to 4 rows and to K a multiple of 16).
- *   cpu, levels avx_vnni and avx512_vnni: int8 panels of 8 / 16 rows of B
- *              with 4 consecutive K values per row (the vpdpbusd layout),
+ *   cpu, levels avx_vnni, avx512_vnni and amx_int8: int8 panels of 8 / 16
+ *              / 16 rows of B with 4 consecutive K values per row (the
+ *              vpdpbusd layout; avx512_vnni's and amx_int8's are the same),
  *              zero-padded to K a multiple of 4, and the column sums: about
  *              1 byte per element of B.
  *   rocm, cuda: a device copy of B's rows (ld K), in device memory.

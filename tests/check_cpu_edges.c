@@ -499,56 +499,61 @@ START_TEST(test_packed_across_levels)
     free(saved_copy);
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
 
-    edge e;
-    edge_alloc(&e, 9, 37, 70);
-    cf_fill_i8(&r, e.a, e.m, e.k, e.lda, CF_VALUES_UNIFORM);
-    cf_fill_i8(&r, e.b, e.n, e.k, e.ldb, CF_VALUES_UNIFORM);
-    edge_epilogue(&e, &r, SMM_DTYPE_BF16, 1, 1);
-    unsigned char *want = reference_of(ref, &e);
+    /* M = 9 takes the small-M path, M = 40 the blocked one (the AMX
+     * tiles at amx_int8). */
+    static const int64_t ms[] = {9, 40};
     int differing = 0;
-    for (int i = 0; i < NL; i++) {
-        smm_packed_b *pb = NULL;
-        ck_assert_int_eq(smm_pack_b(ctx[i], e.n, e.k, e.b, e.ldb, &pb), SMM_OK);
-        const char *fi = smm_packed_b_format(pb);
-        ck_assert(strncmp(fi, "cpu", 3) == 0);
-        for (int j = 0; j < NL; j++) {
-            char desc[256], msg[512] = "";
-            snprintf(desc, sizeof desc, "packed on SMM_CPU_ISA=%s (%s), used on SMM_CPU_ISA=%s",
-                     levels[i], fi, levels[j]);
-            smm_packed_b *own = NULL;
-            ck_assert_int_eq(smm_pack_b(ctx[j], 1, 4, e.b, 4, &own), SMM_OK);
-            const int same = strcmp(fi, smm_packed_b_format(own)) == 0;
-            smm_packed_b_destroy(own);
-            unsigned char *got = NULL;
-            int st = run_one(ctx[j], &e, pb, 0x5A, &got, msg, sizeof msg);
-            if (same) {
-                if (st != SMM_OK)
-                    TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, st > 0 ? smm_context_last_error(ctx[j]) : msg);
-                if (memcmp(got, want, (size_t)(e.m * e.n) * 2) != 0) {
-                    describe_diff(&e, got, want, msg, sizeof msg);
-                    TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, msg);
+    for (int si = 0; si < 2; si++) {
+        edge e;
+        edge_alloc(&e, ms[si], 37, 70);
+        cf_fill_i8(&r, e.a, e.m, e.k, e.lda, CF_VALUES_UNIFORM);
+        cf_fill_i8(&r, e.b, e.n, e.k, e.ldb, CF_VALUES_UNIFORM);
+        edge_epilogue(&e, &r, SMM_DTYPE_BF16, 1, 1);
+        unsigned char *want = reference_of(ref, &e);
+        for (int i = 0; i < NL; i++) {
+            smm_packed_b *pb = NULL;
+            ck_assert_int_eq(smm_pack_b(ctx[i], e.n, e.k, e.b, e.ldb, &pb), SMM_OK);
+            const char *fi = smm_packed_b_format(pb);
+            ck_assert(strncmp(fi, "cpu", 3) == 0);
+            for (int j = 0; j < NL; j++) {
+                char desc[256], msg[512] = "";
+                snprintf(desc, sizeof desc, "M=%d: packed on SMM_CPU_ISA=%s (%s), used on SMM_CPU_ISA=%s",
+                         (int)e.m, levels[i], fi, levels[j]);
+                smm_packed_b *own = NULL;
+                ck_assert_int_eq(smm_pack_b(ctx[j], 1, 4, e.b, 4, &own), SMM_OK);
+                const int same = strcmp(fi, smm_packed_b_format(own)) == 0;
+                smm_packed_b_destroy(own);
+                unsigned char *got = NULL;
+                int st = run_one(ctx[j], &e, pb, 0x5A, &got, msg, sizeof msg);
+                if (same) {
+                    if (st != SMM_OK)
+                        TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, st > 0 ? smm_context_last_error(ctx[j]) : msg);
+                    if (memcmp(got, want, (size_t)(e.m * e.n) * 2) != 0) {
+                        describe_diff(&e, got, want, msg, sizeof msg);
+                        TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, msg);
+                    }
+                    free(got);
+                } else {
+                    differing++;
+                    if (st < 0)
+                        TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, msg);
+                    ck_assert_msg(st == SMM_ERR_INVALID_ARG, "%s: %s", desc, smm_strerror((smm_status)st));
+                    ck_assert_msg(strstr(smm_context_last_error(ctx[j]), fi) != NULL, "%s: message \"%s\"",
+                                  desc, smm_context_last_error(ctx[j]));
+                    /* The raw entry point too. */
+                    int32_t c1[1] = {0x12345678};
+                    ck_assert_int_eq(smm_gemm_s8s8s32_packed(ctx[j], 1, 1, e.k, e.a, e.lda, pb, c1, 1),
+                                     SMM_ERR_INVALID_ARG);
+                    ck_assert_int_eq(c1[0], 0x12345678);
                 }
-                free(got);
-            } else {
-                differing++;
-                if (st < 0)
-                    TU_FAIL_CASE(SMM_BACKEND_CPU, 1, desc, msg);
-                ck_assert_msg(st == SMM_ERR_INVALID_ARG, "%s: %s", desc, smm_strerror((smm_status)st));
-                ck_assert_msg(strstr(smm_context_last_error(ctx[j]), fi) != NULL, "%s: message \"%s\"",
-                              desc, smm_context_last_error(ctx[j]));
-                /* The raw entry point too. */
-                int32_t c1[1] = {0x12345678};
-                ck_assert_int_eq(smm_gemm_s8s8s32_packed(ctx[j], 1, 1, e.k, e.a, e.lda, pb, c1, 1),
-                                 SMM_ERR_INVALID_ARG);
-                ck_assert_int_eq(c1[0], 0x12345678);
             }
+            smm_packed_b_destroy(pb);
         }
-        smm_packed_b_destroy(pb);
+        free(want);
+        edge_free(&e);
     }
     /* The emulated VNNI levels' formats always differ from the scalar one. */
     ck_assert_int_gt(differing, 0);
-    free(want);
-    edge_free(&e);
     for (int l = 0; l < NL; l++)
         smm_context_destroy(ctx[l]);
     smm_context_destroy(ref);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Runs the CPU backend's bit-exactness suites once per kernel level: the
 # portable C level (SMM_CPU_ISA=scalar), every vector level this CPU runs
-# (avx2, avx_vnni, avx512_vnni, as the library's probe reports them), and
-# the portable emulations of the two VNNI data flows (same packed layouts,
-# +128 shift and compensation as the real kernels; they run on any CPU).
+# (avx2, avx_vnni, avx512_vnni, amx_int8, as the library's probe reports
+# them), and the portable emulations of the VNNI and AMX data flows (same
+# packed layouts, blocking, +128 shift and compensation as the real
+# kernels; they run on any CPU).
 # Every level is compared with the same reference bits. Levels this CPU
 # lacks are skipped with a message; any failing run fails the script.
 #

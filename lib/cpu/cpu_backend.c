@@ -25,8 +25,11 @@ enum { LVL_SCALAR, LVL_AVX2, LVL_AVX_VNNI, LVL_AVX512_VNNI, LVL_AMX_INT8, LVL_CO
 static const char *const level_names[LVL_COUNT] = {"scalar", "avx2", "avx_vnni", "avx512_vnni",
                                                    "amx_int8"};
 
-/* Can this CPU, OS and build run the level? Else *why says what is missing. */
-static int level_runs(int lvl, const char **why)
+/* Can this CPU, OS and build run the level? Else *why says what is missing.
+ * ask: for amx_int8 on Linux, ask for the process's tile-state permission
+ * (a process-wide change, so only when the level is about to be chosen;
+ * without ask the level is taken to run when the CPU and OS support it). */
+static int level_runs(int lvl, const char **why, int ask)
 {
     const smm_cpu_info *ci = smm_cpu_info_get();
     /* lib/probe.c already clears avx2/fma without OS YMM support and the
@@ -55,23 +58,24 @@ static int level_runs(int lvl, const char **why)
             *why = "built without AMX kernels";
             return 0;
         }
-        if (!level_runs(LVL_AVX512_VNNI, why))
+        if (!level_runs(LVL_AVX512_VNNI, why, 0))
             return 0;
         *why = "no amx_tile+amx_int8, or the OS does not manage the tile state";
         if (!(ci->amx_tile && ci->amx_int8 && ci->os_amx))
             return 0;
         *why = "the OS refused this process the tile state (arch_prctl)";
-        return smm_cpu_amx_permit();
+        return !ask || smm_cpu_amx_permit();
     default:
         return 0;
     }
 }
 
 /* The kernels of a context: the best level this CPU runs, capped by
- * SMM_CPU_ISA (scalar | avx2 | avx_vnni | avx512_vnni, "c" a synonym of
- * scalar; unknown values cap nothing and say so). Two more values, a
- * testing aid, select the portable emulation of a VNNI level
- * (avx512_vnni_emulated, avx_vnni_emulated). why (cap bytes) receives the
+ * SMM_CPU_ISA (scalar | avx2 | avx_vnni | avx512_vnni | amx_int8, "c" a
+ * synonym of scalar; unknown values cap nothing and say so). Three more
+ * values, a testing aid, select the portable emulation of a VNNI or AMX
+ * level's blocking (avx512_vnni_emulated, avx_vnni_emulated,
+ * amx_int8_emulated). why (cap bytes) receives the
  * level and the reason; st gets the tables. */
 static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
 {
@@ -103,14 +107,14 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
     char runs[80] = "";
     for (int l = 0; l < LVL_COUNT; l++) {
         const char *w = NULL;
-        if (level_runs(l, &w)) {
+        if (level_runs(l, &w, 0)) {
             size_t len = strlen(runs);
             snprintf(runs + len, sizeof runs - len, "%s%s", len ? " " : "", level_names[l]);
         }
     }
 
     const char *no = NULL;
-    const int avx2 = level_runs(LVL_AVX2, &no);
+    const int avx2 = level_runs(LVL_AVX2, &no, 0);
     st->k = avx2 ? smm_cpu_kernels_avx2 : &smm_cpu_kernels_c;
     st->v = NULL;
     if (emulated) {
@@ -125,10 +129,10 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
      * one above it does not. */
     int lvl = max;
     const char *missing = "";
-    while (lvl > LVL_SCALAR && !level_runs(lvl, &missing))
+    while (lvl > LVL_SCALAR && !level_runs(lvl, &missing, 1))
         lvl--;
     if (lvl < max)
-        level_runs(lvl + 1, &missing);
+        level_runs(lvl + 1, &missing, 1);
     switch (lvl) {
     case LVL_AMX_INT8: st->v = smm_cpu_vnni_amx; break;
     case LVL_AVX512_VNNI: st->v = smm_cpu_vnni_avx512; break;

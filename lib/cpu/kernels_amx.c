@@ -80,6 +80,11 @@ amx_block(const int R2, const int NP2, int r0, int r1, int64_t steps, const uint
         if (NP2)
             cfg.rows[3] = (uint8_t)r1, cfg.colsb[3] = 64;
     }
+    /* GCC's tile intrinsics are asm statements that do not tell the
+     * compiler which memory they read or write: these barriers keep the
+     * configuration's stores before LDTILECFG and every tile store before
+     * what follows the block (the K tail reads acc). */
+    __asm__ volatile("" ::: "memory");
     _tile_loadconfig(&cfg);
 
     const int64_t cs = ldacc * 4; /* bytes between rows of acc */
@@ -119,6 +124,7 @@ amx_block(const int R2, const int NP2, int r0, int r1, int64_t steps, const uint
             _tile_stored(3, acc1 + 16, cs);
     }
     _tile_release();
+    __asm__ volatile("" ::: "memory");
 }
 
 /* The panel microkernel (cpu_internal.h), mr <= 32, np <= 2: whole groups
@@ -154,7 +160,11 @@ static AATTR void panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const
 int smm_cpu_amx_permit(void)
 {
 #if defined(__linux__) && defined(SYS_arch_prctl)
-    static int state; /* 0 not asked, 1 granted, -1 refused */
+    /* 0 not asked, 1 granted, -1 refused. A plain variable, as the
+     * library's other per-process caches: the first call comes from the
+     * cpu backend's probe, which lib/dispatch.c runs under its lock before
+     * any context exists, and a repeated request gets the same answer. */
+    static int state;
     if (state == 0) {
         const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
         state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
