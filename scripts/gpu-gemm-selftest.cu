@@ -29,7 +29,8 @@
  *                                          # cp.async wgmma instead of TMA
  *
  * The sm_90a code object carries the TMA and wgmma kernels (large M on
- * H100/H200); without it the mma.sync kernels run everywhere.
+ * H100/H200) and the tensor-copy decode kernel; without it the mma.sync
+ * kernels run everywhere.
  *
  * -ffp-contract=off matters: the host reference must not fuse t = f * sb
  * into the following multiply.
@@ -49,8 +50,10 @@
  *     the view must be unchanged and every element inside written;
  *   - A and B written by slow kernels queued just before the GEMM on the
  *     same stream, the last of which lets the GEMM launch early (the
- *     decode kernel, launched with programmatic dependent launch on sm_90+,
- *     must wait for it).
+ *     decode kernels, launched with programmatic dependent launch on
+ *     sm_90+, must wait for it);
+ *   - on the decode path (M <= 33, 16-byte aligned rows), each decode
+ *     kernel with random forced row groups, clusters and stage counts.
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -492,7 +495,7 @@ static void run_tests(void)
     fprintf(stderr, "decode path (M 1..33, 16-byte aligned rows, every row-group and "
                     "cluster choice)\n");
     {
-        const int gs[] = {0, 1, 2, 4};
+        const int gs[] = {0, 1, 2, 4}, stg[] = {0, 2, 3, 16};
         for (it = 0; it < 240; it++) {
             const int64_t m = rnd(1, 33);
             const int64_t n = rnd(0, 3) == 0 ? rnd(300, 3000) : rnd(1, 300);
@@ -508,25 +511,31 @@ static void run_tests(void)
             if (o.ldb == 0) o.ldb = 16;
             smm_decode_force_g = gs[rnd(0, 3)];
             smm_decode_force_s = gs[rnd(0, 3)];
+            smm_decode_force_kind = rnd(0, 2);
+            smm_decode_force_stages = stg[rnd(0, 3)];
             run_case(o);
         }
-        /* Layer shapes with the launcher's own choice, every element. */
-        const int64_t big[4][3] = {{32, 4096, 14336}, {17, 6144, 4096}, {1, 28672, 4096},
-                                   {9, 4096, 4096}};
-        smm_decode_force_g = smm_decode_force_s = 0;
-        for (int a = 0; a < 4; a++) {
-            case_opts o = random_opts(big[a][0], big[a][1], big[a][2]);
-            o.a_off = o.b_off = 0;
-            o.lda = o.ldb = big[a][2];
-            o.full_check = 1;
-            run_case(o);
-        }
+        /* Layer shapes with the launcher's own choice and each decode
+         * kernel, every element. */
+        const int64_t big[5][3] = {{32, 4096, 14336}, {17, 6144, 4096}, {1, 28672, 4096},
+                                   {9, 4096, 4096}, {24, 28672, 4096}};
+        smm_decode_force_g = smm_decode_force_s = smm_decode_force_stages = 0;
+        for (int kind = 0; kind < 3; kind++)
+            for (int a = 0; a < 5; a++) {
+                case_opts o = random_opts(big[a][0], big[a][1], big[a][2]);
+                o.a_off = o.b_off = 0;
+                o.lda = o.ldb = big[a][2];
+                o.full_check = 1;
+                smm_decode_force_kind = kind;
+                run_case(o);
+            }
+        smm_decode_force_kind = 0;
     }
 
     fprintf(stderr, "A and B written by kernels queued just before the GEMM, which may "
                     "launch early (M 1..33 on the decode path, then larger M)\n");
     {
-        const int gs[] = {0, 1, 2, 4};
+        const int gs[] = {0, 1, 2, 4}, stg[] = {0, 2, 3, 16};
         for (it = 0; it < 64; it++) {
             const int64_t m = it < 60 ? rnd(1, 33) : rnd(64, 300);
             const int64_t n = rnd(0, 2) == 0 ? rnd(1, 300) : rnd(300, 3000);
@@ -538,9 +547,12 @@ static void run_tests(void)
             o.late_inputs = 1;
             smm_decode_force_g = gs[rnd(0, 3)];
             smm_decode_force_s = gs[rnd(0, 3)];
+            smm_decode_force_kind = rnd(0, 2);
+            smm_decode_force_stages = stg[rnd(0, 3)];
             run_case(o);
         }
         smm_decode_force_g = smm_decode_force_s = 0;
+        smm_decode_force_kind = smm_decode_force_stages = 0;
     }
 
     fprintf(stderr, "tile tails\n");
@@ -845,7 +857,7 @@ __global__ void empty_kernel(void)
 /* What a sweep column launches: the library's decode launcher (forced row
  * groups g, cluster blocks s; 0, 0: its own choice), parts_kernel in its
  * three forms, or empty_kernel (all with N / 16 blocks of 256 threads). */
-enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY };
+enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY, SW_DTMA };
 
 static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *b,
                               const int8_t *a, int64_t n, int64_t k, int32_t *sink,
@@ -872,21 +884,25 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
 }
 
 /* --decode-sweep: weight GB/s of every decode row-group / cluster choice
- * (smm_decode_force_g / _s) at M = 1, 16, 32, bf16 output, layer shapes;
- * at the same weight rotation, the parts of the one-group variant alone
+ * (smm_decode_force_g / _s; columns g,s) and of the tensor-copy decode
+ * kernel's stage counts and clusters (smm_decode_force_stages / _s;
+ * columns tstages,s; 0: the launcher's choice) at M = 1, 16, 32, bf16
+ * output, layer shapes; at the same weight rotation, the parts of the one-group variant alone
  * (rd: weight reads; rdx: and token loads; rdxm: and mmas; weight GB/s)
  * and an empty kernel with as many blocks (microseconds per launch). */
 static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    enum { NCFG = 14 };
+    enum { NCFG = 18 };
     const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
-                              {SW_DECODE, 4, 1}, {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2},
-                              {SW_DECODE, 4, 2}, {SW_DECODE, 1, 4}, {SW_DECODE, 2, 4},
-                              {SW_DECODE, 4, 4}, {SW_READ, 0, 0},   {SW_TOKENS, 0, 0},
-                              {SW_MMA, 0, 0},    {SW_EMPTY, 0, 0}};
-    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty"};
+                              {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2}, {SW_DECODE, 2, 4},
+                              {SW_DTMA, 0, 0},   {SW_DTMA, 0, 1},   {SW_DTMA, 0, 2},
+                              {SW_DTMA, 0, 4},   {SW_DTMA, 3, 0},   {SW_DTMA, 4, 0},
+                              {SW_DTMA, 8, 0},   {SW_DTMA, 16, 0},
+                              {SW_READ, 0, 0},   {SW_TOKENS, 0, 0}, {SW_MMA, 0, 0},
+                              {SW_EMPTY, 0, 0}};
+    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
     int8_t *a, *b;
     float *sa, *sb;
@@ -915,6 +931,8 @@ static void run_decode_sweep(void)
         char name[16];
         if (cfg[ci][0] == SW_DECODE)
             snprintf(name, sizeof name, "%d,%d", cfg[ci][1], cfg[ci][2]);
+        else if (cfg[ci][0] == SW_DTMA)
+            snprintf(name, sizeof name, "t%d,%d", cfg[ci][1], cfg[ci][2]);
         else
             snprintf(name, sizeof name, "%s", kind_name[cfg[ci][0]]);
         printf("  %6s", name);
@@ -939,10 +957,12 @@ static void run_decode_sweep(void)
                     printf("  %6s", "-"); /* the same at every M */
                     continue;
                 }
-                smm_decode_force_g = cfg[ci][1];
+                smm_decode_force_kind = kind == SW_DTMA ? 2 : kind == SW_DECODE && cfg[ci][1] ? 1 : 0;
+                smm_decode_force_g = kind == SW_DTMA ? 0 : cfg[ci][1];
+                smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
-                if (kind == SW_DECODE)
+                if (kind == SW_DECODE || kind == SW_DTMA)
                     CK(smm_gpu_launch_mm(&q, st));
                 else
                     launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
@@ -951,7 +971,7 @@ static void run_decode_sweep(void)
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int l = 0; l < launches; l++) {
                     q.b = b + (int64_t)(l % copies) * wbytes;
-                    if (kind == SW_DECODE)
+                    if (kind == SW_DECODE || kind == SW_DTMA)
                         CK(smm_gpu_launch_mm(&q, st));
                     else
                         launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
@@ -981,6 +1001,7 @@ static void run_decode_sweep(void)
             printf("\n");
         }
     smm_decode_force_g = smm_decode_force_s = 0;
+    smm_decode_force_kind = smm_decode_force_stages = 0;
     cudaStreamDestroy(st);
     cudaFree(a);
     cudaFree(b);

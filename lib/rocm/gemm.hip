@@ -47,6 +47,12 @@
  *                    memory before the epilogue. On sm_90+ it is launched
  *                    with programmatic dependent launch and waits for the
  *                    previous kernel in its first instruction.
+ *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
+ *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
+ *                    warp fills shared-memory stages with tensor copies of
+ *                    64 weight rows and the padded tokens, a warpgroup runs
+ *                    m64nNk32 wgmmas (weights as the 64-row operand, tokens
+ *                    as the N = 8, 16 or 32 one); clusters split K.
  *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
  *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
  *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
@@ -1261,6 +1267,250 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
 #endif
 }
 
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_90a: tensor-copy decode kernel (M <= 32)                   */
+/* ------------------------------------------------------------------ */
+
+/* d(64 x NT) = A(64 x 32, smem) * B(NT x 32, smem)^T + (acc ? d : 0),
+ * int32 wrapping, for NT = 8, 16, 32 (NT / 2 accumulator registers per
+ * thread). */
+template <int NT> SMM_DEV void smm_wgmma_64xNx32(int32_t *d, uint64_t da, uint64_t db, int acc);
+
+#if defined(SMM_HAVE_WGMMA)
+#define SMM_WGMMA_N_HEAD(n, sd)                                                               \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, " sd ", 0;\nwgmma.mma_async.sync.aligned.m64n" #n   \
+    "k32.s32.s8.s8 "
+#else
+#define SMM_WGMMA_N_HEAD(n, sd) ""
+#endif
+
+template <> SMM_DEV void smm_wgmma_64xNx32<8>(int32_t *d, uint64_t da, uint64_t db, int acc)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile(SMM_WGMMA_N_HEAD(8, "%6") "{%0, %1, %2, %3}, %4, %5, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "l"(da), "l"(db), "r"(acc));
+#endif
+}
+
+template <> SMM_DEV void smm_wgmma_64xNx32<16>(int32_t *d, uint64_t da, uint64_t db, int acc)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile(SMM_WGMMA_N_HEAD(16, "%10") "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7])
+                 : "l"(da), "l"(db), "r"(acc));
+#endif
+}
+
+template <> SMM_DEV void smm_wgmma_64xNx32<32>(int32_t *d, uint64_t da, uint64_t db, int acc)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile(SMM_WGMMA_N_HEAD(32, "%18") "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+                                      "%12, %13, %14, %15}, %16, %17, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+                   "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "l"(da), "l"(db), "r"(acc));
+#endif
+}
+
+#define SMM_DTMA_BR 64      /* weight rows (output columns) per block */
+#define SMM_DTMA_THREADS 160 /* one consumer warpgroup and a producer warp */
+
+/* Shared memory of the tensor-copy decode kernel with `stages` stages. */
+static inline int smm_dtma_smem(int nt, int stages)
+{
+    return stages * (SMM_DTMA_BR + nt) * 128 + 2 * stages * 8 +
+           (nt * (SMM_DTMA_BR + 4) + SMM_DTMA_BR) * 4 + 1024;
+}
+
+/*
+ * The weights as the 64-row wgmma operand, the tokens (M <= NT, padded
+ * with zero rows by the copy engine) as the NT-column one: block (or
+ * cluster of S blocks, each a contiguous share of the 128-byte k-tiles)
+ * computes output columns n0 .. n0 + 63 for every token. Warp 4 (one
+ * thread) issues the tensor copies of each k-tile's 64 x 128-byte weight
+ * box and NT x 128-byte token box into `stages` shared-memory stages,
+ * 128-byte swizzle, zeros past N, M and K; warps 0-3 (a warpgroup) run
+ * four m64nNTk32 wgmmas per stage and hand the stage back through an
+ * mbarrier, so up to `stages` k-tiles of weights are in flight per block
+ * from the start. The int32 sums (and the weight rows' sums for a zero
+ * point) meet in block 0's shared memory (stores, then the other blocks'
+ * integer atomics through distributed shared memory: exact in any order
+ * modulo 2^32) and block 0 finishes the elements, consecutive threads on
+ * consecutive columns. Launched with programmatic dependent launch, it
+ * waits (griddepcontrol.wait) before its first global memory access.
+ * Needs what the tensor maps need: 16-byte aligned bases, row strides
+ * multiples of 16.
+ */
+template <int NT, int S>
+__global__ void __launch_bounds__(SMM_DTMA_THREADS, 1)
+smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
+                      const __grid_constant__ CUtensorMap tmb, smm_mm_dims d, smm_epi_params e,
+                      int stages, int kt_per)
+{
+#if defined(SMM_HAVE_WGMMA)
+    constexpr int BR = SMM_DTMA_BR, BK = 128, W_BYTES = BR * BK;
+    constexpr int STAGE_BYTES = (BR + NT) * BK, LDR = BR + 4;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw_addr = smm_smem_addr(smem_raw);
+    unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+    const uint32_t smem_base = smm_smem_addr(smem);
+    const uint32_t bar_full = smem_base + stages * STAGE_BYTES;
+    const uint32_t bar_empty = bar_full + stages * 8;
+    int32_t *red = (int32_t *)(smem + stages * STAGE_BYTES + 2 * stages * 8); /* [NT][LDR] */
+    int32_t *csred = red + NT * LDR;                                          /* [BR] */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
+    const int64_t n0 = (int64_t)(blockIdx.x / S) * BR;
+    const int ktiles = (int)((d.k + BK - 1) / BK);
+    const int kt0 = min((int)rank * kt_per, ktiles), nk = min(kt0 + kt_per, ktiles) - kt0;
+    const bool azp = e.azp != NULL;
+
+    if (tid == 0) {
+        for (int s = 0; s < stages; s++) {
+            smm_mbar_init(bar_full + 8 * s, 1);
+            smm_mbar_init(bar_empty + 8 * s, 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tma) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tmb) : "memory");
+    }
+    /* The kernel ahead in the stream (programmatic launch) is complete
+     * and its writes visible past this point. */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    __syncthreads();
+
+    if (warp == 4) {
+        if (lane == 0) {
+            for (int i = 0; i < nk; i++) {
+                const int s = i % stages;
+                const uint32_t st = smem_base + s * STAGE_BYTES;
+                smm_mbar_wait(bar_empty + 8 * s, ((i / stages) & 1) ^ 1);
+                smm_mbar_expect_tx(bar_full + 8 * s, STAGE_BYTES);
+                smm_tma_load_2d(st, &tmb, (kt0 + i) * BK, (int)n0, bar_full + 8 * s);
+                smm_tma_load_2d(st + W_BYTES, &tma, (kt0 + i) * BK, 0, bar_full + 8 * s);
+            }
+        }
+        __syncwarp();
+    } else {
+        /* Warp w of the warpgroup holds weight rows 16 w + g (+ 8),
+         * register 4 j + 2 h + c being row 16 w + g + 8 h, token
+         * 8 j + 2 q + c. */
+        const int g = lane >> 2, q = lane & 3;
+        int32_t acc[NT / 2];
+        int32_t colsum = 0; /* half (tid & 1) of weight row tid / 2 */
+        if (nk <= 0) {
+#pragma unroll
+            for (int i = 0; i < NT / 2; i++)
+                acc[i] = 0;
+        }
+        /* The first wgmma overwrites the accumulators (scale-d 0): no
+         * other instruction defines them while wgmmas are in flight. */
+        for (int i = 0; i < nk; i++) {
+            const int s = i % stages;
+            const uint32_t sw = smem_base + s * STAGE_BYTES, sx = sw + W_BYTES;
+            smm_mbar_wait(bar_full + 8 * s, (i / stages) & 1);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < BK / 32; kk++)
+                smm_wgmma_64xNx32<NT>(acc, smm_wgmma_desc128(sw + 32 * kk),
+                                      smm_wgmma_desc128(sx + 32 * kk), i > 0 || kk > 0);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            if (azp) {
+                /* Four of the row's eight 16-byte chunks (swizzled: the
+                 * two halves hold all eight between them). */
+                const unsigned char *pw = smem + s * STAGE_BYTES + (tid >> 1) * BK + (tid & 1) * 64;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const uint4 v = *(const uint4 *)(pw + c * 16);
+                    colsum = __dp4a((int)v.x, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.y, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.z, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.w, 0x01010101, colsum);
+                }
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            if (i > 0)
+                smm_mbar_arrive(bar_empty + 8 * ((i - 1) % stages));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
+
+        int32_t *dst = red, *dcs = csred;
+        if (S > 1 && rank != 0) {
+            smm_cluster_arrive(); /* block 0's own sums are stored */
+            smm_cluster_wait();
+            dst = smm_cluster_map(red, 0);
+            dcs = smm_cluster_map(csred, 0);
+        }
+        const int nr = (warp << 4) + g;
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int32_t *p = dst + (8 * j + 2 * q + c) * LDR + nr + 8 * h;
+                    if (S > 1 && rank != 0)
+                        atomicAdd(p, acc[4 * j + 2 * h + c]);
+                    else
+                        *p = acc[4 * j + 2 * h + c];
+                }
+        if (azp && (tid & 1) == 0) {
+            if (S > 1 && rank != 0)
+                atomicAdd(dcs + (tid >> 1), colsum);
+            else
+                dcs[tid >> 1] = colsum;
+        }
+        if (S > 1 && rank == 0) {
+            smm_cluster_arrive();
+            smm_cluster_wait();
+        }
+    }
+    if (S > 1) {
+        if (warp == 4) { /* the producer warp takes part in both barriers */
+            smm_cluster_arrive();
+            smm_cluster_wait();
+        }
+        smm_cluster_arrive(); /* every block's sums are added */
+        smm_cluster_wait();
+        if (rank != 0)
+            return;
+    } else {
+        __syncthreads();
+    }
+
+    /* Output o: token o / BR, column n0 + o % BR. The scales (bias, zero
+     * point) of all of a thread's elements are loaded before any is
+     * finished. */
+    {
+        constexpr int PER = (NT * BR + SMM_DTMA_THREADS - 1) / SMM_DTMA_THREADS;
+        const int tot = (int)min((int64_t)NT, d.m) * BR;
+        smm_epi_in in[PER];
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int o = tid + i * SMM_DTMA_THREADS;
+            if (o < tot && n0 + o % BR < d.n)
+                in[i] = smm_epi_load(e, o / BR, n0 + o % BR);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int o = tid + i * SMM_DTMA_THREADS, m = o / BR, nl = o % BR;
+            if (o >= tot || n0 + nl >= d.n)
+                continue;
+            smm_epi_store_in(e, m, n0 + nl, red[m * LDR + nl], azp ? csred[nl] : 0, in[i]);
+        }
+    }
+#else
+    __shared__ int smm_no_dtma[4];
+    if (d.m < 0)
+        ((volatile int *)smm_no_dtma)[threadIdx.x & 3] = stages + kt_per + (int)e.ldc;
+#endif
+}
+
 #endif /* SMM_GPU_NVIDIA */
 
 /* ------------------------------------------------------------------ */
@@ -1694,6 +1944,11 @@ static bool smm_wgmma_allowed(void)
  * blocks per cluster (1, 2, 4; sm_90+ only, else 1). */
 static int smm_decode_force_g = 0, smm_decode_force_s = 0;
 
+/* Also the self-test's: 1 forces the mma.sync decode kernel, 2 the
+ * tensor-copy one (sm_90a), 0 leaves the choice to the launcher; a nonzero
+ * smm_decode_force_stages forces the latter's stage count (2 to 16). */
+static int smm_decode_force_kind = 0, smm_decode_force_stages = 0;
+
 /* Programmatic dependent launch of the decode kernel (sm_90+): on unless
  * SMM_GPU_PDL=0 is in the environment (read once per process) or a launch
  * with it was refused. Each decode launch may then begin while the kernel
@@ -1797,6 +2052,129 @@ static bool smm_decode_have_cluster(int cc)
     return have[dev] > 0;
 }
 
+/* Whether the tensor-copy decode kernel the driver loaded is the sm_90a
+ * one (as smm_have_wgmma), read once per device. */
+static bool smm_have_dtma(void)
+{
+    static signed char cache[64];
+    int dev = 0;
+
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        bool ok = cudaFuncGetAttributes(&attr, smm_decode_tma_kernel<8, 1>) == cudaSuccess &&
+                  attr.sharedSizeBytes == 0 && smm_tmap_encoder() != NULL;
+        (void)cudaGetLastError();
+        cache[dev] = ok ? 1 : -1;
+    }
+    return cache[dev] > 0;
+}
+
+template <int NT, int S>
+static gpuError_t smm_launch_dtma_ns(const CUtensorMap &ta, const CUtensorMap &tb,
+                                     const smm_mm_dims &d, const smm_epi_params &e,
+                                     int64_t blocks, int stages, int kt_per, gpuStream_t stream)
+{
+    static bool attr_set[64]; /* per device: the attribute is per context */
+    int dev = 0;
+    auto kern = smm_decode_tma_kernel<NT, S>;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[2];
+
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (!attr_set[dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smm_dtma_smem(NT, 16));
+        if (err != gpuSuccess)
+            return err;
+        attr_set[dev] = true;
+    }
+    memset(&cfg, 0, sizeof cfg);
+    memset(at, 0, sizeof at);
+    cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+    cfg.blockDim = dim3(SMM_DTMA_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smm_dtma_smem(NT, stages);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = S;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = S > 1 ? at : at + 1;
+    cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
+    gpuError_t err = cudaLaunchKernelEx(&cfg, kern, ta, tb, d, e, stages, kt_per);
+    if (err != gpuSuccess && d.pdl) {
+        cfg.numAttrs = S > 1 ? 1 : 0;
+        if (cudaLaunchKernelEx(&cfg, kern, ta, tb, d, e, stages, kt_per) == gpuSuccess) {
+            (void)gpuGetLastError();
+            smm_decode_pdl_off = 1;
+            err = gpuSuccess;
+        }
+    }
+    return err;
+}
+
+template <int NT>
+static gpuError_t smm_launch_dtma_n(const CUtensorMap &ta, const CUtensorMap &tb,
+                                    const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
+                                    int s, int stages, int kt_per, gpuStream_t stream)
+{
+    return s == 4 ? smm_launch_dtma_ns<NT, 4>(ta, tb, d, e, rt * 4, stages, kt_per, stream)
+           : s == 2 ? smm_launch_dtma_ns<NT, 2>(ta, tb, d, e, rt * 2, stages, kt_per, stream)
+                    : smm_launch_dtma_ns<NT, 1>(ta, tb, d, e, rt, stages, kt_per, stream);
+}
+
+/* The tensor-copy decode kernel (sm_90a code, tensor maps encodable,
+ * 16-byte aligned bases, row strides multiples of 16, K > 0, sizes below
+ * 2^31); *done false: nothing launched. Picks the blocks per cluster
+ * (split of K) so the blocks cover the SMs, and as many stages as the
+ * shared memory of the blocks an SM holds allows (2 to 16). */
+static gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_params &e,
+                                        int sms, gpuStream_t stream, bool *done)
+{
+    const int nt = d.m <= 8 ? 8 : d.m <= 16 ? 16 : 32;
+    const int64_t rt = (d.n + SMM_DTMA_BR - 1) / SMM_DTMA_BR;
+    const int64_t ktiles = (d.k + 127) / 128;
+    CUtensorMap ta, tb;
+    int s, stages, per_sm;
+
+    *done = false;
+    if (d.k <= 0 || d.n >= INT32_MAX || d.k >= INT32_MAX || rt * 4 > INT32_MAX ||
+        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 ||
+        (d.m > 1 && (d.lda % 16 != 0 || d.lda < d.k)) ||
+        (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)))
+        return gpuSuccess;
+    if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.m > 1 ? d.lda : (d.k + 15) / 16 * 16, nt) ||
+        !smm_make_tmap(&tb, d.b, d.n, d.k, d.n > 1 ? d.ldb : (d.k + 15) / 16 * 16,
+                       SMM_DTMA_BR))
+        return gpuSuccess;
+    s = rt >= sms ? 1 : 2 * rt >= sms ? 2 : 4;
+    if (smm_decode_force_s > 0)
+        s = smm_decode_force_s;
+    if (ktiles < s)
+        s = ktiles >= 2 ? 2 : 1;
+    per_sm = (int)((rt * s + sms - 1) / sms);
+    stages = (200 * 1024 / per_sm - (nt * (SMM_DTMA_BR + 4) + SMM_DTMA_BR) * 4 - 1024) /
+             ((SMM_DTMA_BR + nt) * 128 + 16);
+    {
+        const int64_t kt_per = (ktiles + s - 1) / s;
+        if (stages > kt_per)
+            stages = (int)kt_per;
+    }
+    if (smm_decode_force_stages > 0)
+        stages = smm_decode_force_stages;
+    stages = stages < 2 ? 2 : stages > 16 ? 16 : stages;
+    *done = true;
+    {
+        const int kt_per = (int)((ktiles + s - 1) / s);
+        return nt == 8 ? smm_launch_dtma_n<8>(ta, tb, d, e, rt, s, stages, kt_per, stream)
+               : nt == 16 ? smm_launch_dtma_n<16>(ta, tb, d, e, rt, s, stages, kt_per, stream)
+                          : smm_launch_dtma_n<32>(ta, tb, d, e, rt, s, stages, kt_per, stream);
+    }
+}
+
 /* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
  * (fewer re-reads of the tokens) and the blocks per cluster (enough blocks
  * for the SMs when N is small), then launches smm_decode_kernel. */
@@ -1828,6 +2206,20 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         s = smm_decode_force_s;
     if (!sm90)
         s = 1;
+    /* The tensor-copy kernel reads the tokens a quarter as often per
+     * weight byte at M > 16 (64 rows per block against 32); measured on
+     * an H200 it was faster only with at least three blocks per SM and no
+     * split of K (gate_up, N = 28672, M = 32: 3250 against 2690 GB/s) and
+     * slower on the smaller layers (N = 4096 and 6144: 10-50%). */
+    const bool dtma = smm_decode_force_kind == 2 ||
+                      (smm_decode_force_kind == 0 && d.m > 16 &&
+                       (d.n + SMM_DTMA_BR - 1) / SMM_DTMA_BR >= 3 * (int64_t)sms);
+    if (dtma && cc == 90 && smm_have_dtma()) {
+        bool done = false;
+        gpuError_t err = smm_launch_decode_tma(d, e, sms, stream, &done);
+        if (done || err != gpuSuccess)
+            return err;
+    }
     switch (tg) {
     case 1: return smm_launch_decode_tg<1>(d, e, g, s, stream);
     case 2: return smm_launch_decode_tg<2>(d, e, g, s, stream);
