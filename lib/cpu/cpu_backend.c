@@ -145,8 +145,8 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
         "AVX2 kernels (int16 vpmaddwd)",
         "AVX-VNNI kernels (vpdpbusd ymm, +128 shift with column-sum compensation)",
         "AVX-512 VNNI kernels (vpdpbusd zmm, +128 shift with column-sum compensation)",
-        "AMX-INT8 kernels (tdpbusd on 16 x 16 tiles for M > 16, AVX-512 VNNI at M <= 16; "
-        "+128 shift with column-sum compensation)",
+        "AMX-INT8 kernels (tdpbusd on 16 x 16 tiles for M > 16 and for 8 < M <= 16 with "
+        "packed weights, AVX-512 VNNI otherwise; +128 shift with column-sum compensation)",
     };
     char because[160];
     if (unknown)

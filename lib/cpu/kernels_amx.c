@@ -1,6 +1,7 @@
 /*
  * kernels_amx.c - the AMX level: Intel AMX-INT8 tiles (tdpbusd) for the
- * panel microkernel of the general path, the AVX-512 VNNI level's kernels
+ * panel microkernel of the general path and for the small-M path's single
+ * pass over a prepacked B (8 < M <= 16), the AVX-512 VNNI level's kernels
  * for everything else.
  *
  * The data flow is the VNNI levels' (gemm_vnni.c, cpu_internal.h): A' = A
@@ -61,8 +62,9 @@ typedef struct tile_config {
  * bytes) x the panels (b, ldbp apart; 16 * steps quads).
  */
 static inline __attribute__((always_inline, target("amx-tile,amx-int8"))) void
-amx_block(const int R2, const int NP2, int r0, int r1, int64_t steps, const uint8_t *a,
-          int64_t lda, const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
+amx_block(const int R2, const int NP2, const int PF, int r0, int r1, int64_t steps,
+          const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldbp, uint32_t *acc,
+          int64_t ldacc)
 {
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -100,6 +102,10 @@ amx_block(const int R2, const int NP2, int r0, int r1, int64_t steps, const uint
             _tile_loadd(3, acc1 + 16, cs);
     }
     for (int64_t s = 0; s < steps; s++) {
+        if (PF)
+            for (int l = 0; l < 16; l++)
+                _mm_prefetch((const char *)b + 1024 * s + SMM_CPU_VNNI_PF_FAR_BYTES + 64 * l,
+                             _MM_HINT_T1);
         _tile_loadd(4, a + 64 * s, lda);
         _tile_loadd(6, b + 1024 * s, 64);
         if (R2)
@@ -137,13 +143,13 @@ static AATTR void panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const
     if (steps > 0) {
         const int r0 = mr < 16 ? mr : 16, r1 = mr - r0;
         if (r1 > 0 && np > 1)
-            amx_block(1, 1, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
+            amx_block(1, 1, 0, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
         else if (r1 > 0)
-            amx_block(1, 0, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
+            amx_block(1, 0, 0, r0, r1, steps, a, lda, b, ldbp, acc, ldacc);
         else if (np > 1)
-            amx_block(0, 1, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
+            amx_block(0, 1, 0, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
         else
-            amx_block(0, 0, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
+            amx_block(0, 0, 0, r0, 0, steps, a, lda, b, ldbp, acc, ldacc);
     }
     if (kq > 16 * steps) {
         const smm_cpu_vnni_kernels *v = &smm_cpu_vnni_avx512_kernels;
@@ -175,12 +181,47 @@ int smm_cpu_amx_permit(void)
 #endif
 }
 
-/* Small M (the direct path) runs on the AVX-512 VNNI level's kernels
- * (.small): there the weights' bandwidth, not the arithmetic, sets the
- * time. */
+/* The small-M path's panel kernel: the single pass over a prepacked B
+ * (np = 1, SMM_CPU_VNNI512_MR < mr <= 16 rows, all of K in one call) on
+ * one accumulator tile, with a prefetch into L2 of the stream
+ * SMM_CPU_VNNI_PF_FAR_BYTES ahead (16 lines per step: the tile loads of
+ * B are not prefetched by the core the way vector loads are); the rest
+ * of K, and every other call, on the AVX-512 VNNI panel kernel. At
+ * M = 16 the AVX-512 kernel's vpdpbusd work is about as long as the
+ * stream of B from memory; on the tile it is a few times shorter. */
+static AATTR void small_panel(int64_t kq, const uint8_t *a, int64_t lda, int mr,
+                              const int8_t *b, int64_t ldbp, int np, uint32_t *acc,
+                              int64_t ldacc)
+{
+    const smm_cpu_vnni_kernels *v = &smm_cpu_vnni_avx512_kernels;
+    int64_t steps = kq / 16;
+    if (np != 1 || mr <= v->mr || mr > 16)
+        steps = 0;
+    if (steps > 0)
+        amx_block(0, 0, 1, mr, 0, steps, a, lda, b, ldbp, acc, ldacc);
+    if (kq > 16 * steps)
+        v->panel(kq - 16 * steps, a + 64 * steps, lda, mr, b + 1024 * steps, ldbp, np, acc,
+                 ldacc);
+}
+
+static AATTR void small_rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr,
+                               const int8_t *const *brow, const int8_t *const *pf, int npf,
+                               uint32_t *acc, int64_t ldacc)
+{
+    smm_cpu_vnni_avx512_kernels.rowdot(kc, a, lda, mr, brow, pf, npf, acc, ldacc);
+}
+
+/* Small M (the direct path, .small): the AVX-512 VNNI level's blocking
+ * and kernels, but for the single pass over a prepacked B at 8 < M <= 16
+ * on a tile. */
+static const smm_cpu_vnni_kernels small_table = {
+    "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, small_panel, small_rowdot, NULL, 0,
+};
+
 static const smm_cpu_vnni_kernels table = {
     "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP, SMM_CPU_AMX_MR,
-    SMM_CPU_VNNI512_RMR, panel, NULL, &smm_cpu_vnni_avx512_kernels, SMM_CPU_AMX_KC,
+    SMM_CPU_VNNI512_RMR, panel, NULL, &small_table, SMM_CPU_AMX_KC,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx = &table;
 #else
