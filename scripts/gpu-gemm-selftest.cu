@@ -253,6 +253,15 @@ __global__ void slow_copy_kernel(int8_t *dst, const int8_t *src, int64_t n, long
         dst[i] = src[i];
 }
 
+/* Whether this device runs the tensor-copy decode kernel (compute
+ * capability 9.0, as the launcher asks). */
+static bool dtma_capable(void)
+{
+    int cc = 0, sms = 0;
+    smm_device_info(&cc, &sms);
+    return cc == 90;
+}
+
 static void run_case(const case_opts &o)
 {
     host_problem p;
@@ -308,6 +317,10 @@ static void run_case(const case_opts &o)
     int8_t *stage = NULL;
     cudaStream_t st = 0;
     if (!o.late_inputs) {
+        /* Bytes around the copies hold values a kernel must not read:
+         * rows past M or N, bytes past K. */
+        CK(cudaMemset(da, 0x5a, (size_t)(afoot + 512)));
+        CK(cudaMemset(db, 0xa3, (size_t)(bfoot + 512)));
         CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
     } else {
@@ -358,8 +371,19 @@ static void run_case(const case_opts &o)
             slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
             CK(cudaGetLastError());
         }
+        const unsigned long tma0 = smm_decode_tma_launches;
         CK(smm_gpu_launch_mm(&q, st));
         CK(cudaDeviceSynchronize());
+        /* A forced tensor-copy decode launch must have run it when it
+         * can (sm_90a code, aligned rows, K > 0): not the fallback. */
+        if (smm_decode_force_kind == 2 && smm_have_dtma() && dtma_capable() && k > 0 &&
+            m <= 32 && o.a_off == 0 && o.b_off == 0 && (m == 1 || o.lda % 16 == 0) &&
+            (n == 1 || o.ldb % 16 == 0) && smm_decode_tma_launches == tma0) {
+            g_failures++;
+            fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the tensor-copy decode kernel was "
+                            "forced but did not run\n",
+                    (long long)m, (long long)n, (long long)k);
+        }
     }
     if (o.late_inputs) {
         CK(cudaStreamDestroy(st));
@@ -431,11 +455,14 @@ static void run_case(const case_opts &o)
         g_failures++;
         fprintf(stderr,
                 "FAIL m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld a_off=%d b_off=%d %s "
-                "sa=%s sb=%s bias=%d azp=%d%s extreme=%d: %ld bad\n",
+                "sa=%s sb=%s bias=%d azp=%d%s extreme=%d late=%d decode kind=%d g=%d s=%d "
+                "stages=%d: %ld bad\n",
                 (long long)m, (long long)n, (long long)k, (long long)o.lda, (long long)o.ldb,
                 (long long)o.ldc, o.a_off, o.b_off, dtype_name(o.dtype),
                 o.sa_per_row ? "row" : "tensor", o.sb_per_col ? "col" : "tensor", o.has_bias,
-                o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, bad);
+                o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, o.late_inputs,
+                smm_decode_force_kind, smm_decode_force_g, smm_decode_force_s,
+                smm_decode_force_stages, bad);
     }
     cudaFree(da);
     cudaFree(db);
@@ -923,9 +950,11 @@ static void run_decode_sweep(void)
     CK(cudaEventCreate(&e1));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
-    printf("decode sweep, weight GB/s (bf16 out); columns g,s (0,0 = launcher's choice); "
-           "rd, rdx, rdxm: the one-group variant's weight reads alone, with its token "
-           "loads, with its mmas; empty: us per empty launch\n");
+    printf("decode sweep, weight GB/s (bf16 out); columns g,s: the mma.sync decode kernel's "
+           "row groups and cluster blocks (0,0 = the launcher's choice of kernel and "
+           "variant); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
+           "(0: its launcher's choice); rd, rdx, rdxm: the one-group variant's weight reads "
+           "alone, with its token loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
     for (int ci = 0; ci < NCFG; ci++) {
         char name[16];

@@ -66,8 +66,9 @@
  * Testing aids: SMM_GPU_GEMM_KERNEL=generic in the environment (read once
  * per process) runs every problem on generic_kernel; =mma keeps large
  * problems on mma_kernel instead of tma_kernel / wgmma_kernel; =wgmma
- * keeps them on wgmma_kernel instead of tma_kernel. SMM_GPU_PDL=0 launches
- * decode_kernel without programmatic dependent launch (below).
+ * keeps them on wgmma_kernel instead of tma_kernel; both keep M <= 32 on
+ * decode_kernel. SMM_GPU_PDL=0 launches the decode kernels without
+ * programmatic dependent launch (below).
  * scripts/gpu-gemm-selftest.cu tests and times these kernels on NVIDIA.
  */
 #include "kernels.h"
@@ -1441,6 +1442,7 @@ smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
 
         int32_t *dst = red, *dcs = csred;
         if (S > 1 && rank != 0) {
+            __syncwarp(); /* the .aligned barrier wants the warp converged */
             smm_cluster_arrive(); /* block 0's own sums are stored */
             smm_cluster_wait();
             dst = smm_cluster_map(red, 0);
@@ -1466,6 +1468,7 @@ smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
                 dcs[tid >> 1] = colsum;
         }
         if (S > 1 && rank == 0) {
+            __syncwarp();
             smm_cluster_arrive();
             smm_cluster_wait();
         }
@@ -1949,6 +1952,10 @@ static int smm_decode_force_g = 0, smm_decode_force_s = 0;
  * smm_decode_force_stages forces the latter's stage count (2 to 16). */
 static int smm_decode_force_kind = 0, smm_decode_force_stages = 0;
 
+/* Launches of the tensor-copy decode kernel so far (the self-test checks
+ * that a forced one ran). */
+static unsigned long smm_decode_tma_launches = 0;
+
 /* Programmatic dependent launch of the decode kernel (sm_90+): on unless
  * SMM_GPU_PDL=0 is in the environment (read once per process) or a launch
  * with it was refused. Each decode launch may then begin while the kernel
@@ -2113,6 +2120,8 @@ static gpuError_t smm_launch_dtma_ns(const CUtensorMap &ta, const CUtensorMap &t
             err = gpuSuccess;
         }
     }
+    if (err == gpuSuccess)
+        smm_decode_tma_launches++;
     return err;
 }
 
@@ -2209,10 +2218,12 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
     /* The tensor-copy kernel reads the tokens a quarter as often per
      * weight byte at M > 16 (64 rows per block against 32); measured on
      * an H200 it was faster only with at least three blocks per SM and no
-     * split of K (gate_up, N = 28672, M = 32: 3250 against 2690 GB/s) and
+     * split of K (gate_up, N = 28672, M = 32: 3220-3250 against 2650-2690
+     * GB/s) and
      * slower on the smaller layers (N = 4096 and 6144: 10-50%). */
     const bool dtma = smm_decode_force_kind == 2 ||
-                      (smm_decode_force_kind == 0 && d.m > 16 &&
+                      (smm_decode_force_kind == 0 && d.m > 16 && smm_wgmma_allowed() &&
+                       smm_tma_allowed() &&
                        (d.n + SMM_DTMA_BR - 1) / SMM_DTMA_BR >= 3 * (int64_t)sms);
     if (dtma && cc == 90 && smm_have_dtma()) {
         bool done = false;
