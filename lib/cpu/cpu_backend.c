@@ -166,8 +166,8 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
 
 static int cpu_probe(const char **reason)
 {
-    static char msg[512];
-    char why[400];
+    static char msg[640];
+    char why[512];
     smm_cpu_state st;
     cpu_select(&st, why, sizeof why);
 #ifdef _OPENMP
@@ -184,7 +184,7 @@ static smm_status cpu_init(smm_context *ctx)
     smm_cpu_state *st = smm_host_alloc(ctx, sizeof *st, 64);
     if (!st)
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY, "cpu backend: out of memory");
-    char why[400];
+    char why[512];
     cpu_select(st, why, sizeof why);
     ctx->backend_data = st;
     return SMM_OK;

@@ -102,7 +102,7 @@ amx_block(const int R2, const int NP2, const int PF, int r0, int r1, int64_t ste
             _tile_loadd(3, acc1 + 16, cs);
     }
     for (int64_t s = 0; s < steps; s++) {
-        if (PF)
+        if (PF && SMM_CPU_VNNI_PF_FAR_BYTES > 0)
             for (int l = 0; l < 16; l++)
                 _mm_prefetch((const char *)b + 1024 * s + SMM_CPU_VNNI_PF_FAR_BYTES + 64 * l,
                              _MM_HINT_T1);

@@ -106,7 +106,9 @@ const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated = {
 
 /* The AMX level's blocking (32 rows x 2 panels: two by two 16 x 16
  * tiles), the AVX-512 format, and its small-M path on the AVX-512
- * emulation, as the real table. */
+ * emulation: the real level's small-M table has the AVX-512 blocking too
+ * (its single pass at 8 < M <= 16 runs on a tile, the same sums), so the
+ * driver takes the same paths here. */
 const smm_cpu_vnni_kernels smm_cpu_vnni_amx_emulated = {
     "amx_int8_emulated", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP,
     SMM_CPU_AMX_MR, SMM_CPU_VNNI512_RMR, panel16, rowdot64, &smm_cpu_vnni_avx512_emulated,
