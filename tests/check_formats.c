@@ -700,6 +700,70 @@ START_TEST(test_write_rejects)
 }
 END_TEST
 
+/* What a writer may be pointed at besides a new file (`scaledmm run
+ * --output`, `quantize`): an existing file keeps its mode; a link stays a
+ * link and the file it names gets the data; a device is written in place,
+ * never replaced; a device that fails the write gives an error naming it;
+ * no temporary file is left behind. */
+START_TEST(test_write_targets)
+{
+    char *tmp = make_tmpdir();
+    char *file = path_join(tmp, "y.npy"), *link = path_join(tmp, "link.npy");
+    char *dnull = path_join(tmp, "null.npy"), *dfull = path_join(tmp, "full.npy");
+    char err[ERRLEN];
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    npy_array a = {.dtype = ST_F32, .ndim = 2, .shape = {2, 3}, .data = v, .nbytes = sizeof v};
+    struct stat sb;
+    size_t entries = 2, l;
+
+    write_text(file, "old");
+    ck_assert_int_eq(chmod(file, 0600), 0);
+    ck_assert_msg(tensor_file_write(file, &a, err, ERRLEN) == 0, "%s", err);
+    ck_assert_int_eq(stat(file, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+
+    ck_assert_int_eq(symlink("y.npy", link), 0);
+    v[0] = 9;
+    ck_assert_msg(tensor_file_write(link, &a, err, ERRLEN) == 0, "%s", err);
+    ck_assert_int_eq(lstat(link, &sb), 0);
+    ck_assert(S_ISLNK(sb.st_mode));
+    unsigned char *b = slurp(file, &l);
+    ck_assert_uint_ge(l, sizeof v);
+    ck_assert_int_eq(memcmp(b + l - sizeof v, v, sizeof v), 0);
+    free(b);
+    ck_assert_int_eq(stat(file, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+
+    if (stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode)) {
+        ck_assert_int_eq(symlink("/dev/null", dnull), 0);
+        entries++;
+        ck_assert_msg(tensor_file_write(dnull, &a, err, ERRLEN) == 0, "%s", err);
+        ck_assert_int_eq(lstat(dnull, &sb), 0);
+        ck_assert(S_ISLNK(sb.st_mode));
+        ck_assert_int_eq(stat("/dev/null", &sb), 0);
+        ck_assert(S_ISCHR(sb.st_mode));
+    }
+    if (stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode)) {
+        ck_assert_int_eq(symlink("/dev/full", dfull), 0);
+        entries++;
+        err_poison(err);
+        ck_assert_int_eq(tensor_file_write(dfull, &a, err, ERRLEN), -1);
+        err_check(err, "/dev/full");
+        ck_assert_has(err, "/dev/full", "/dev/full");
+        ck_assert_int_eq(stat("/dev/full", &sb), 0);
+        ck_assert(S_ISCHR(sb.st_mode));
+    }
+    ck_assert_uint_eq(dir_entries(tmp), entries);
+
+    free(file);
+    free(link);
+    free(dnull);
+    free(dfull);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+
 /* ------------------------------------------------------------------ */
 /* Sharded checkpoints                                                 */
 /* ------------------------------------------------------------------ */
@@ -945,6 +1009,7 @@ int main(void)
     tcase_add_test(tc, test_single_safetensors_roundtrip);
     tcase_add_test(tc, test_safetensors_roundtrip);
     tcase_add_test(tc, test_write_rejects);
+    tcase_add_test(tc, test_write_targets);
     tc = tu_tcase(s, "checkpoint", 120);
     tcase_add_test(tc, test_checkpoint_sharded);
     tcase_add_test(tc, test_checkpoint_single);

@@ -11,7 +11,7 @@
  * has no gaps, as the reference implementation requires), and goes through
  * a temporary file renamed into place.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath (XSI), with POSIX 2008 */
 #include "safetensors.h"
 
 #include <errno.h>
@@ -584,25 +584,65 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+/* Writes the parts straight into an existing non-regular file (a device,
+ * a FIFO), without truncating or replacing it. */
+static int write_in_place(const char *path, const void *const *parts, const size_t *sizes,
+                          size_t nparts, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < nparts; i++)
+        if (sizes[i] > 0 && write_all(fd, parts[i], sizes[i]) != 0) {
+            seterr(err, errlen, "%s: write: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    if (close(fd) != 0) {
+        seterr(err, errlen, "%s: close: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int st_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
                          size_t nparts, char *err, size_t errlen)
 {
-    size_t len = strlen(path);
+    /* A link: the file it names is the one to replace (or write into). */
+    struct stat sb;
+    char *resolved = NULL;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+        resolved = realpath(path, NULL);
+    const char *target = resolved ? resolved : path;
+    mode_t mode = 0644;
+    if (stat(target, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode)) {
+            int rc = write_in_place(target, parts, sizes, nparts, err, errlen);
+            free(resolved);
+            return rc;
+        }
+        mode = sb.st_mode & 07777;
+    }
+    size_t len = strlen(target);
     char *tmp = malloc(len + 16);
     if (!tmp) {
         seterr(err, errlen, "%s: out of memory", path);
+        free(resolved);
         return -1;
     }
-    memcpy(tmp, path, len);
+    memcpy(tmp, target, len);
     memcpy(tmp + len, ".tmp.XXXXXX", 12);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         seterr(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
         free(tmp);
+        free(resolved);
         return -1;
     }
     const char *what = "fchmod";
-    int ok = fchmod(fd, 0644) == 0;
+    int ok = fchmod(fd, mode) == 0;
     for (size_t i = 0; ok && i < nparts; i++)
         if (sizes[i] > 0 && write_all(fd, parts[i], sizes[i]) != 0) {
             ok = 0;
@@ -616,7 +656,7 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
         ok = 0;
         what = "close";
     }
-    if (ok && rename(tmp, path) != 0) {
+    if (ok && rename(tmp, target) != 0) {
         ok = 0;
         what = "rename";
     }
@@ -625,6 +665,7 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
         unlink(tmp);
     }
     free(tmp);
+    free(resolved);
     return ok ? 0 : -1;
 }
 

@@ -90,9 +90,13 @@ int st_write(const char *path, const st_tensor *tensors, size_t n,
              char *err, size_t errlen);
 
 /* Writes the concatenation of `nparts` buffers to `path` through a
- * temporary file in the same directory (mode 0644, fsync'd) renamed into
- * place. Returns 0, or -1 with a message naming the file (the temporary
- * removed, `path` untouched). Used by st_write and the .npy writer. */
+ * temporary file in the same directory (fsync'd) renamed into place: mode
+ * 0644 for a new file, an existing file's mode kept. A symbolic link is
+ * followed (the file it names is replaced, the link stays); a path that is
+ * (or links to) something other than a regular file, such as /dev/null or
+ * a FIFO, is opened and written in place, never replaced. Returns 0, or -1
+ * with a message naming the file (the temporary removed, a regular `path`
+ * untouched). Used by st_write and the .npy writer. */
 int st_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
                          size_t nparts, char *err, size_t errlen);
 

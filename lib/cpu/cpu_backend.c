@@ -150,8 +150,10 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
     };
     char because[160];
     if (unknown)
-        snprintf(because, sizeof because, "SMM_CPU_ISA=%s is not a level, so nothing is capped%s%s",
-                 env, lvl < max ? "; above it: " : "", lvl < max ? missing : "");
+        snprintf(because, sizeof because,
+                 "SMM_CPU_ISA=%.24s%s is not a level, so nothing is capped%s%s", env,
+                 strlen(env) > 24 ? "..." : "", lvl < max ? "; above it: " : "",
+                 lvl < max ? missing : "");
     else if (lvl < max)
         snprintf(because, sizeof because, "above it: %s%s%s", missing,
                  max < LVL_COUNT - 1 ? "; SMM_CPU_ISA caps at " : "",
