@@ -63,7 +63,8 @@ const smm_backend_ops *smm_gpu_load(smm_backend b, const char **reason)
         if (built)
             snprintf(why, sizeof reasons[0], "%s not found in %s (not installed?)", file, dir);
         else
-            snprintf(why, sizeof reasons[0], "no GPU backend in this build");
+            snprintf(why, sizeof reasons[0], "no GPU backend in this build (configure %s)",
+                     slot == 1 ? "--with-cuda" : "--with-rocm");
         return NULL;
     }
 

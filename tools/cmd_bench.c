@@ -930,8 +930,8 @@ int cmd_bench(int argc, char **argv)
                 ok = 0;
             }
             if (ok && cfg.prepack) {
-                progress_update("[%d/%d] %s %s: packing %d weight copies ...", index + 1, total,
-                                model->name, layer->name, w.copies);
+                progress_update("[%d/%d] %s %s: packing %d weight cop%s ...", index + 1, total,
+                                model->name, layer->name, w.copies, w.copies == 1 ? "y" : "ies");
                 if (bench_weights_pack(&w, cfg.ctx, err, sizeof err) != 0) {
                     bench_weights_free(&w);
                     ok = 0;
