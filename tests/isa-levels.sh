@@ -40,6 +40,18 @@ esac
 echo "isa-levels.sh: levels this CPU runs: $runs"
 
 failed=0
+# A level named in SMM_CPU_ISA, in any case, is reported as the cap, also
+# when it is above every level this CPU runs (amx_int8 on most CPUs).
+for cap in SCALAR:scalar Scalar:scalar amx_int8:; do
+    line=$(SMM_CPU_ISA=${cap%%:*} "$SCALEDMM" info 2>/dev/null | grep 'levels this CPU runs')
+    case "$line" in
+    *"level ${cap#*:}"*"SMM_CPU_ISA"*"caps"*) echo "isa-levels.sh: PASS info with SMM_CPU_ISA=${cap%%:*}" ;;
+    *)
+        echo "isa-levels.sh: FAIL info with SMM_CPU_ISA=${cap%%:*}: $line" >&2
+        failed=1
+        ;;
+    esac
+done
 for level in scalar avx2 avx_vnni avx512_vnni amx_int8 avx_vnni_emulated avx512_vnni_emulated \
     amx_int8_emulated; do
     case "$level" in

@@ -80,19 +80,19 @@ static int level_runs(int lvl, const char **why, int ask)
 static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
 {
     const char *env = getenv("SMM_CPU_ISA");
-    int max = LVL_COUNT - 1, unknown = 0;
+    int max = LVL_COUNT - 1, unknown = 0, capped = 0; /* capped: a level was named */
     const smm_cpu_vnni_kernels *emulated = NULL;
     if (env && *env) {
         if (strcasecmp(env, "scalar") == 0 || strcasecmp(env, "c") == 0)
-            max = LVL_SCALAR;
+            max = LVL_SCALAR, capped = 1;
         else if (strcasecmp(env, "avx2") == 0)
-            max = LVL_AVX2;
+            max = LVL_AVX2, capped = 1;
         else if (strcasecmp(env, "avx_vnni") == 0)
-            max = LVL_AVX_VNNI;
+            max = LVL_AVX_VNNI, capped = 1;
         else if (strcasecmp(env, "avx512_vnni") == 0)
-            max = LVL_AVX512_VNNI;
+            max = LVL_AVX512_VNNI, capped = 1;
         else if (strcasecmp(env, "amx_int8") == 0)
-            max = LVL_AMX_INT8;
+            max = LVL_AMX_INT8, capped = 1;
         else if (strcasecmp(env, "amx_int8_emulated") == 0)
             emulated = &smm_cpu_vnni_amx_emulated;
         else if (strcasecmp(env, "avx512_vnni_emulated") == 0)
@@ -156,9 +156,8 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
                  lvl < max ? missing : "");
     else if (lvl < max)
         snprintf(because, sizeof because, "above it: %s%s%s", missing,
-                 max < LVL_COUNT - 1 ? "; SMM_CPU_ISA caps at " : "",
-                 max < LVL_COUNT - 1 ? level_names[max] : "");
-    else if (max < LVL_COUNT - 1)
+                 capped ? "; SMM_CPU_ISA caps at " : "", capped ? level_names[max] : "");
+    else if (capped)
         snprintf(because, sizeof because, "SMM_CPU_ISA=%s caps the level", env);
     else
         snprintf(because, sizeof because, "the highest level");
