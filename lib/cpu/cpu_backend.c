@@ -80,19 +80,19 @@ static int level_runs(int lvl, const char **why, int ask)
 static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
 {
     const char *env = getenv("SMM_CPU_ISA");
-    int max = LVL_COUNT - 1, unknown = 0, capped = 0; /* capped: a level was named */
+    int max = LVL_COUNT - 1, unknown = 0;
     const smm_cpu_vnni_kernels *emulated = NULL;
     if (env && *env) {
         if (strcasecmp(env, "scalar") == 0 || strcasecmp(env, "c") == 0)
-            max = LVL_SCALAR, capped = 1;
+            max = LVL_SCALAR;
         else if (strcasecmp(env, "avx2") == 0)
-            max = LVL_AVX2, capped = 1;
+            max = LVL_AVX2;
         else if (strcasecmp(env, "avx_vnni") == 0)
-            max = LVL_AVX_VNNI, capped = 1;
+            max = LVL_AVX_VNNI;
         else if (strcasecmp(env, "avx512_vnni") == 0)
-            max = LVL_AVX512_VNNI, capped = 1;
+            max = LVL_AVX512_VNNI;
         else if (strcasecmp(env, "amx_int8") == 0)
-            max = LVL_AMX_INT8, capped = 1;
+            max = LVL_AMX_INT8;
         else if (strcasecmp(env, "amx_int8_emulated") == 0)
             emulated = &smm_cpu_vnni_amx_emulated;
         else if (strcasecmp(env, "avx512_vnni_emulated") == 0)
@@ -102,6 +102,8 @@ static void cpu_select(smm_cpu_state *st, char *why, size_t cap)
         else
             unknown = 1;
     }
+
+    const int capped = env && *env && !unknown; /* a level was named */
 
     /* Every level this machine runs, for the reason string. */
     char runs[80] = "";
