@@ -584,6 +584,15 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+/* Writes the parts, in order, to fd; -1 with errno on failure. */
+static int write_parts(int fd, const void *const *parts, const size_t *sizes, size_t nparts)
+{
+    for (size_t i = 0; i < nparts; i++)
+        if (sizes[i] > 0 && write_all(fd, parts[i], sizes[i]) != 0)
+            return -1;
+    return 0;
+}
+
 /* Writes the parts straight into an existing non-regular file (a device,
  * a FIFO), without truncating or replacing it. */
 static int write_in_place(const char *path, const void *const *parts, const size_t *sizes,
@@ -594,12 +603,11 @@ static int write_in_place(const char *path, const void *const *parts, const size
         seterr(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    for (size_t i = 0; i < nparts; i++)
-        if (sizes[i] > 0 && write_all(fd, parts[i], sizes[i]) != 0) {
-            seterr(err, errlen, "%s: write: %s", path, strerror(errno));
-            close(fd);
-            return -1;
-        }
+    if (write_parts(fd, parts, sizes, nparts) != 0) {
+        seterr(err, errlen, "%s: write: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
     if (close(fd) != 0) {
         seterr(err, errlen, "%s: close: %s", path, strerror(errno));
         return -1;
@@ -643,11 +651,10 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     }
     const char *what = "fchmod";
     int ok = fchmod(fd, mode) == 0;
-    for (size_t i = 0; ok && i < nparts; i++)
-        if (sizes[i] > 0 && write_all(fd, parts[i], sizes[i]) != 0) {
-            ok = 0;
-            what = "write";
-        }
+    if (ok && write_parts(fd, parts, sizes, nparts) != 0) {
+        ok = 0;
+        what = "write";
+    }
     if (ok && fsync(fd) != 0) {
         ok = 0;
         what = "fsync";
