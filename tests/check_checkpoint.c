@@ -783,6 +783,100 @@ START_TEST(test_reject_checkpoint)
 }
 END_TEST
 
+/* The names in a directory, sorted, joined by commas ("" when empty). */
+static void dir_names(const char *dir, char *buf, size_t len)
+{
+    char names[32][256];
+    int n = 0, i, j;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    buf[0] = '\0';
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL && n < 32) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    }
+    closedir(d);
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char t[256];
+            memcpy(t, names[j], sizeof t);
+            memcpy(names[j], names[j - 1], sizeof t);
+            memcpy(names[j - 1], t, sizeof t);
+        }
+    for (i = 0; i < n; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? "," : "", names[i]);
+}
+
+static void read_text(const char *dir, const char *name, char *buf, size_t len)
+{
+    char p[4096];
+    FILE *f;
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    f = fopen(p, "r");
+    ck_assert_msg(f != NULL, "%s: cannot open", p);
+    n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* A quantize that fails part-way (a non-finite weight in the second shard,
+ * after the first is quantized) leaves the output directory as it was,
+ * and does not create one that was absent; the same directory then takes
+ * a good run, with nothing of the failed one left. */
+START_TEST(test_quantize_fails_cleanly)
+{
+    char in[512], out[512], absent[600], err[1024], names[2048], text[4096];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("quantize_fails_cleanly");
+    st_tensor b[3];
+    struct stat sb;
+
+    ck_assert_ptr_nonnull(c);
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    make_float_ckpt(in, c, &r);
+    c->down[5 * 130 - 1] = 0x7F80; /* bf16 +inf, the last element of shard b */
+    b[0] = tensor("model.layers.0.mlp.down_proj.weight", ST_BF16, 2, 5, 130, c->down);
+    b[1] = tensor("model.layers.1.mlp.up_proj.weight", ST_F16, 2, 64, 1, c->up);
+    b[2] = tensor("lm_head.weight", ST_F32, 2, 11, KQ, c->head);
+    write_st(in, shard_b, b, 3);
+    write_text(out, "config.json", "{\"old\": 1}");
+    write_text(out, "keep.txt", "mine");
+
+    ck_assert_int_ne(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "down_proj.weight") && strstr(err, "[4, 129]"), "%s", err);
+    dir_names(out, names, sizeof names);
+    ck_assert_msg(strcmp(names, "config.json,keep.txt") == 0,
+                  "after a failed quantize the output holds: %s", names);
+    read_text(out, "config.json", text, sizeof text);
+    ck_assert_str_eq(text, "{\"old\": 1}");
+
+    snprintf(absent, sizeof absent, "%s/new", out);
+    ck_assert_int_ne(ct_quantize_checkpoint(in, absent, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(stat(absent, &sb) != 0, "%s was left behind", absent);
+
+    /* the same directories, the weight made finite: a good run */
+    c->down[5 * 130 - 1] = 0x3F80; /* 1.0 */
+    write_st(in, shard_b, b, 3);
+    ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    dir_names(out, names, sizeof names);
+    ck_assert_str_eq(names, "config.json,keep.txt,model-00001-of-00002.safetensors,"
+                            "model-00002-of-00002.safetensors,"
+                            "model.safetensors.index.json,tokenizer.json");
+    read_text(out, "config.json", text, sizeof text);
+    ck_assert_msg(strstr(text, "quantization_config") != NULL, "%s", text);
+    read_text(out, "keep.txt", text, sizeof text);
+    ck_assert_str_eq(text, "mine");
+
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
+
 /* Which tensors count as Linear weights. */
 START_TEST(test_linear_rule)
 {
@@ -818,6 +912,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "schemes", 60), test_schemes);
     tcase_add_test(tu_tcase(s, "reject_config", 30), test_reject_config);
     tcase_add_test(tu_tcase(s, "reject_checkpoint", 30), test_reject_checkpoint);
+    tcase_add_test(tu_tcase(s, "quantize_fails_cleanly", 30), test_quantize_fails_cleanly);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
     return s;
 }

@@ -1245,6 +1245,83 @@ static void free_shard(out_tensor *o, size_t n)
     free(o);
 }
 
+/* The files ct_quantize_checkpoint has written into its staging
+ * directory (names relative to it). */
+typedef struct staged {
+    char *dir;    /* OUT_DIR/.scaledmm-quantize.XXXXXX, or NULL */
+    char **names;
+    size_t n, cap;
+} staged;
+
+/* The staging path of `name`, recorded as written (the caller writes it
+ * next); NULL when out of memory (err set). */
+static char *stage_file(staged *sg, const char *name, char *err, size_t errlen)
+{
+    char *path, *copy;
+    if (sg->n == sg->cap) {
+        size_t cap = sg->cap ? 2 * sg->cap : 16;
+        char **nn = realloc(sg->names, cap * sizeof *nn);
+        if (!nn) {
+            set_err(err, errlen, "out of memory");
+            return NULL;
+        }
+        sg->names = nn;
+        sg->cap = cap;
+    }
+    path = path_join(sg->dir, name);
+    copy = strdup(name);
+    if (!path || !copy) {
+        free(path);
+        free(copy);
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    sg->names[sg->n++] = copy;
+    return path;
+}
+
+/* Moves every staged file into out_dir (an existing file there keeps its
+ * mode, as st_write would keep it). Returns 0, or -1 with err set. */
+static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errlen)
+{
+    size_t i;
+    for (i = 0; i < sg->n; i++) {
+        char *from = path_join(sg->dir, sg->names[i]), *to = path_join(out_dir, sg->names[i]);
+        struct stat sb;
+        int ok = from && to;
+        if (!ok)
+            set_err(err, errlen, "out of memory");
+        if (ok && stat(to, &sb) == 0 && S_ISREG(sb.st_mode))
+            (void)chmod(from, sb.st_mode & 07777);
+        if (ok && rename(from, to) != 0) {
+            set_err(err, errlen, "%s: %s", to, strerror(errno));
+            ok = 0;
+        }
+        free(from);
+        free(to);
+        if (!ok)
+            return -1;
+    }
+    return 0;
+}
+
+/* Removes what is left in the staging directory, and the directory. */
+static void stage_free(staged *sg)
+{
+    size_t i;
+    for (i = 0; i < sg->n; i++) {
+        char *p = sg->dir ? path_join(sg->dir, sg->names[i]) : NULL;
+        if (p)
+            (void)unlink(p); /* gone already once committed */
+        free(p);
+        free(sg->names[i]);
+    }
+    if (sg->dir)
+        (void)rmdir(sg->dir);
+    free(sg->names);
+    free(sg->dir);
+}
+
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user, char *err, size_t errlen)
 {
@@ -1254,12 +1331,14 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     char *path = NULL;
     size_t fi, done = 0, total;
     double total_size = 0;
-    int rc = -1;
+    int rc = -1, created = 0;
     struct stat sb;
+    staged sg;
     static const char *const meta_keys[] = { "format" };
     static const char *const meta_values[] = { "pt" };
 
     memset(&map, 0, sizeof map);
+    memset(&sg, 0, sizeof sg);
     ck = st_checkpoint_open(in_dir, err, errlen);
     if (!ck)
         return -1;
@@ -1298,7 +1377,9 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         goto done;
     }
 
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+    if (mkdir(out_dir, 0777) == 0) {
+        created = 1;
+    } else if (errno != EEXIST) {
         set_err(err, errlen, "%s: %s", out_dir, strerror(errno));
         goto done;
     }
@@ -1308,6 +1389,22 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     }
     if (same_dir(in_dir, out_dir)) {
         set_err(err, errlen, "%s: the output directory is the input directory", out_dir);
+        goto done;
+    }
+    /* Everything is written into a staging directory inside out_dir and
+     * moved into out_dir once all of it is written: a failure (a
+     * non-finite weight in the last shard, a full disk) leaves out_dir as
+     * it was. */
+    sg.dir = path_join(out_dir, ".scaledmm-quantize.XXXXXX");
+    if (!sg.dir) {
+        set_err(err, errlen, "out of memory");
+        goto done;
+    }
+    if (!mkdtemp(sg.dir)) {
+        set_err(err, errlen, "%s: cannot create a staging directory: %s", out_dir,
+                strerror(errno));
+        free(sg.dir);
+        sg.dir = NULL;
         goto done;
     }
 
@@ -1350,10 +1447,8 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
             }
         }
         if (ok) {
-            path = path_join(out_dir, map.files[fi]);
+            path = stage_file(&sg, map.files[fi], err, errlen);
             ok = path && st_write(path, ts, n, meta_keys, meta_values, 1, err, errlen) == 0;
-            if (!path)
-                set_err(err, errlen, "out of memory");
             free(path);
             path = NULL;
         }
@@ -1366,13 +1461,13 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         json_object_set_new(index_out, "metadata",
                             json_pack("{s:I}", "total_size", (json_int_t)total_size));
         json_object_set(index_out, "weight_map", wm_out);
-        path = path_join(out_dir, "model.safetensors.index.json");
+        path = stage_file(&sg, "model.safetensors.index.json", err, errlen);
         if (!path || write_json(path, index_out, err, errlen) != 0)
             goto done;
         free(path);
         path = NULL;
     }
-    path = path_join(out_dir, "config.json");
+    path = stage_file(&sg, "config.json", err, errlen);
     if (!path || write_json(path, config, err, errlen) != 0)
         goto done;
     free(path);
@@ -1394,9 +1489,17 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
             if (skip)
                 continue;
             from = path_join(in_dir, e->d_name);
-            to = path_join(out_dir, e->d_name);
-            if (from && to && stat(from, &sb) == 0 && S_ISREG(sb.st_mode) &&
-                copy_file(from, to, err, errlen) != 0) {
+            if (!from) {
+                set_err(err, errlen, "out of memory");
+                closedir(d);
+                goto done;
+            }
+            if (stat(from, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+                free(from);
+                continue;
+            }
+            to = stage_file(&sg, e->d_name, err, errlen);
+            if (!to || copy_file(from, to, err, errlen) != 0) {
                 free(from);
                 free(to);
                 closedir(d);
@@ -1407,8 +1510,13 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         }
         closedir(d);
     }
+    if (stage_commit(&sg, out_dir, err, errlen) != 0)
+        goto done;
     rc = 0;
 done:
+    stage_free(&sg);
+    if (rc != 0 && created)
+        (void)rmdir(out_dir); /* empty: nothing was moved into it */
     free(path);
     json_decref(config);
     json_decref(index_out);

@@ -169,8 +169,12 @@ typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void
  * generation config) are copied. An input that already has a
  * quantization_config, a non-finite weight, or a Linear weight whose
  * module already has a "weight_scale" tensor is an error.
- * Returns 0, or -1 with a message in err (files already written may remain;
- * each is written atomically).
+ * Everything is written into a staging directory inside out_dir
+ * (.scaledmm-quantize.XXXXXX) and moved into out_dir only once all of it
+ * is written; an existing file there is replaced (its mode kept).
+ * Returns 0, or -1 with a message in err; out_dir is then as it was (and
+ * removed if this call created it), except in the unlikely case of a
+ * failed final move, which err names.
  */
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user,
