@@ -12,6 +12,7 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
@@ -79,7 +80,20 @@ static void version(void)
            smm_version(), smm_contract_version());
 }
 
-int main(int argc, char **argv)
+/* What was written to stdout must have reached it: a command that
+ * succeeded but whose output could not be written (a full disk, a closed
+ * stdout, /dev/full) fails. Commands that write results check this
+ * themselves and have returned EXIT_FAILED with their own message. */
+static int finish(int rc)
+{
+    int err = fflush(stdout) != 0 ? errno : 0;
+    if (rc == EXIT_PASS && (err != 0 || ferror(stdout)))
+        return cli_error(NULL, "cannot write to standard output%s%s", err ? ": " : "",
+                         err ? strerror(err) : "");
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     const command *cmd;
 
@@ -121,4 +135,9 @@ int main(int argc, char **argv)
                                "bench, quantize, run or accuracy)",
                                argv[1]);
     return cmd->run(argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv)
+{
+    return finish(dispatch(argc, argv));
 }

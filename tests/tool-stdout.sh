@@ -1,0 +1,42 @@
+#!/bin/sh
+# The CLI fails (exit status 1, a message on stderr) when its standard
+# output cannot be written, for every command that only prints: info,
+# --help, --version, help [COMMAND], COMMAND --help. Output to /dev/full
+# (every write fails with ENOSPC) and to a closed stdout; /dev/null is the
+# control that must pass.
+#
+# Run from the tests build directory (as `make check` does); SCALEDMM may
+# name the CLI (default: ../tools/scaledmm).
+SCALEDMM=${SCALEDMM:-../tools/scaledmm}
+if ! [ -c /dev/full ] || ! [ -w /dev/full ]; then
+    echo "tool-stdout.sh: SKIP: no writable /dev/full"
+    exit 77
+fi
+fail=0
+err=${TMPDIR:-/tmp}/tool-stdout.$$
+trap 'rm -f "$err"' EXIT
+for args in "info" "info --json" "--help" "--version" "help" "help run" \
+            "run --help" "bench --help" "quantize --help"; do
+    # shellcheck disable=SC2086 # the words of $args are the arguments
+    "$SCALEDMM" $args >/dev/null 2>"$err"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "FAIL: scaledmm $args >/dev/null: exit $rc, expected 0"; cat "$err"; fail=1
+    fi
+    for to in full closed; do
+        if [ $to = full ]; then
+            "$SCALEDMM" $args >/dev/full 2>"$err"
+        else
+            "$SCALEDMM" $args >&- 2>"$err"
+        fi
+        rc=$?
+        if [ $rc -ne 1 ]; then
+            echo "FAIL: scaledmm $args, stdout $to: exit $rc, expected 1"; fail=1
+        elif ! grep -q "cannot write" "$err"; then
+            echo "FAIL: scaledmm $args, stdout $to: no message on stderr:"; cat "$err"; fail=1
+        else
+            echo "ok: scaledmm $args, stdout $to: exit 1: $(head -n 1 "$err")"
+        fi
+    done
+done
+exit $fail
