@@ -753,6 +753,48 @@ START_TEST(test_write_targets)
         ck_assert_int_eq(stat("/dev/full", &sb), 0);
         ck_assert(S_ISCHR(sb.st_mode));
     }
+    /* A dangling link (relative, through a second link, and absolute):
+     * its target is created, the links stay links. */
+    {
+        char *dang = path_join(tmp, "dang.npy"), *dang2 = path_join(tmp, "dang2.npy");
+        char *made = path_join(tmp, "made.npy"), *made2 = path_join(tmp, "made2.npy");
+        char *loop = path_join(tmp, "loop.npy");
+        ck_assert_int_eq(symlink("made.npy", dang), 0);
+        ck_assert_int_eq(symlink("dang.npy", dang2), 0);
+        ck_assert_int_eq(symlink(made2, loop), 0); /* absolute */
+        entries += 3;
+        v[0] = 11;
+        ck_assert_msg(tensor_file_write(dang2, &a, err, ERRLEN) == 0, "%s", err);
+        entries++;
+        ck_assert_int_eq(lstat(dang, &sb), 0);
+        ck_assert(S_ISLNK(sb.st_mode));
+        ck_assert_int_eq(lstat(dang2, &sb), 0);
+        ck_assert(S_ISLNK(sb.st_mode));
+        ck_assert_int_eq(lstat(made, &sb), 0);
+        ck_assert(S_ISREG(sb.st_mode));
+        b = slurp(made, &l);
+        ck_assert_uint_ge(l, sizeof v);
+        ck_assert_int_eq(memcmp(b + l - sizeof v, v, sizeof v), 0);
+        free(b);
+        ck_assert_msg(tensor_file_write(loop, &a, err, ERRLEN) == 0, "%s", err);
+        entries++;
+        ck_assert_int_eq(lstat(made2, &sb), 0);
+        ck_assert(S_ISREG(sb.st_mode));
+        ck_assert_int_eq(lstat(loop, &sb), 0);
+        ck_assert(S_ISLNK(sb.st_mode));
+        /* a loop of links: an error, nothing created */
+        ck_assert_int_eq(unlink(loop), 0);
+        ck_assert_int_eq(symlink("loop.npy", loop), 0);
+        err_poison(err);
+        ck_assert_int_eq(tensor_file_write(loop, &a, err, ERRLEN), -1);
+        err_check(err, "a loop of links");
+        ck_assert_has(err, "loop.npy", "a loop of links");
+        free(dang);
+        free(dang2);
+        free(made);
+        free(made2);
+        free(loop);
+    }
     ck_assert_uint_eq(dir_entries(tmp), entries);
 
     free(file);

@@ -615,14 +615,71 @@ static int write_in_place(const char *path, const void *const *parts, const size
     return 0;
 }
 
+/* Where a chain of symbolic links that ends at no file points: the path
+ * the last link names (relative links taken from their own directory), a
+ * file to create as a shell's `>` would. NULL with errno set: ELOOP after
+ * 40 links, ENOMEM, or readlink's error. */
+static char *dangling_target(const char *path)
+{
+    char *cur = strdup(path);
+    int hops;
+    for (hops = 0; cur != NULL; hops++) {
+        struct stat sb;
+        char buf[4096];
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode))
+            return cur;
+        if (hops == 40) {
+            free(cur);
+            errno = ELOOP;
+            return NULL;
+        }
+        ssize_t n = readlink(cur, buf, sizeof buf - 1);
+        if (n < 0 || n == (ssize_t)sizeof buf - 1) {
+            int e = n < 0 ? errno : ENAMETOOLONG;
+            free(cur);
+            errno = e;
+            return NULL;
+        }
+        buf[n] = '\0';
+        const char *slash = strrchr(cur, '/');
+        size_t dirlen = buf[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
+        char *next = malloc(dirlen + (size_t)n + 1);
+        if (!next) {
+            free(cur);
+            errno = ENOMEM;
+            return NULL;
+        }
+        memcpy(next, cur, dirlen);
+        memcpy(next + dirlen, buf, (size_t)n + 1);
+        free(cur);
+        cur = next;
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
 int st_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
                          size_t nparts, char *err, size_t errlen)
 {
-    /* A link: the file it names is the one to replace (or write into). */
+    /* A link: the file it names is the one to replace, write into, or
+     * (a dangling link) create. */
     struct stat sb;
     char *resolved = NULL;
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
         resolved = realpath(path, NULL);
+        if (!resolved) {
+            int e = errno;
+            if (stat(path, &sb) == 0) {
+                /* It names something realpath cannot spell (/dev/stdout
+                 * on a pipe): written through the link's own path. */
+            } else if (e == ENOENT && (resolved = dangling_target(path)) != NULL) {
+                /* a dangling link: its target is created */
+            } else {
+                seterr(err, errlen, "%s: %s", path, strerror(e == ENOENT ? errno : e));
+                return -1;
+            }
+        }
+    }
     const char *target = resolved ? resolved : path;
     mode_t mode = 0644;
     if (stat(target, &sb) == 0) {
