@@ -38,7 +38,8 @@ void cmd_accuracy_help(FILE *f)
           "             float checkpoint's weights, plus its bias (float32).\n"
           "Per layer: rel_fro = ||w8a8 - ref||_F / ||ref||_F, max_abs = the largest\n"
           "|w8a8 - ref|, cosine = the cosine similarity of the two outputs taken as\n"
-          "vectors (all in double precision). The w8a8 layer runs on every backend\n"
+          "vectors (all in double precision; '-' where a figure is not finite, or\n"
+          "the cosine of an all-zero output). The w8a8 layer runs on every backend\n"
           "that can run here (reference, cpu, GPUs); 'agree' says whether all their\n"
           "outputs were equal bit for bit (memcmp). A disagreement exits with 1.\n"
           "\n"
@@ -294,7 +295,7 @@ static int measure(const acc_opts *o, const ct_layer *L, const st_checkpoint *re
         dot += (double)y[i] * yr[i];
         if (fabs(d) > maxabs || d != d)
             maxabs = fabs(d);
-        if (fabs((double)yr[i]) > refmax)
+        if (fabs((double)yr[i]) > refmax || yr[i] != yr[i])
             refmax = fabs((double)yr[i]);
     }
     row = out_add_row(t);
@@ -307,7 +308,8 @@ static int measure(const acc_opts *o, const ct_layer *L, const st_checkpoint *re
         out_set_real(t, row, C_REL, sr > 0 ? sqrt(se / sr) : sqrt(se));
         out_set_real(t, row, C_MAXABS, maxabs);
         out_set_real(t, row, C_REFMAX, refmax);
-        out_set_real(t, row, C_COS, sr > 0 && sy > 0 ? dot / (sqrt(sr) * sqrt(sy)) : 0.0);
+        /* Undefined (shown as "-") for a zero or non-finite output. */
+        out_set_real(t, row, C_COS, sr > 0 && sy > 0 ? dot / (sqrt(sr) * sqrt(sy)) : NAN);
         out_set_str(t, row, C_BACKENDS, backends);
         out_set_str(t, row, C_AGREE, agree ? "yes" : "NO");
     }

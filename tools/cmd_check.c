@@ -187,8 +187,15 @@ int cmd_check(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error("check", "unexpected argument '%s'", argv[optind]);
-    if (!have_seed)
-        opt.seed = cf_seed();
+    if (!have_seed) {
+        /* A replay asked for through the environment must not run on
+         * another seed: an unreadable SMM_TEST_SEED is an error, as an
+         * unreadable --seed is. */
+        const char *env = getenv("SMM_TEST_SEED");
+        if (env && *env && cli_parse_u64("check", "SMM_TEST_SEED", env, &opt.seed) != 0)
+            return EXIT_USAGE;
+        opt.seed = env && *env ? opt.seed : cf_seed();
+    }
 
     /* Which backends: the one named, else every available non-reference
      * one, else the reference against itself. */

@@ -1,15 +1,18 @@
 #!/bin/sh
-# The CLI fails (exit status 1, a message on stderr) when its standard
-# output cannot be written, for every command that only prints: info,
-# --help, --version, help [COMMAND], COMMAND --help. Output to /dev/full
-# (every write fails with ENOSPC) and to a closed stdout; /dev/null is the
-# control that must pass.
+# Errors of the CLI that its suites cannot reach:
+# - it fails (exit status 1, a message on stderr) when its standard output
+#   cannot be written, for every command that only prints: info, --help,
+#   --version, help [COMMAND], COMMAND --help. Output to /dev/full (every
+#   write fails with ENOSPC) and to a closed stdout; /dev/null is the
+#   control that must pass;
+# - `check` refuses an SMM_TEST_SEED that is not a number (exit status 2)
+#   instead of running on another seed than the one asked for.
 #
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
 SCALEDMM=${SCALEDMM:-../tools/scaledmm}
 if ! [ -c /dev/full ] || ! [ -w /dev/full ]; then
-    echo "tool-stdout.sh: SKIP: no writable /dev/full"
+    echo "cli-errors.sh: SKIP: no writable /dev/full"
     exit 77
 fi
 fail=0
@@ -38,5 +41,15 @@ for args in "info" "info --json" "--help" "--version" "help" "help run" \
             echo "ok: scaledmm $args, stdout $to: exit 1: $(head -n 1 "$err")"
         fi
     done
+done
+for seed in garbage -1 0x 18446744073709551616; do
+    SMM_TEST_SEED=$seed "$SCALEDMM" check --quick >/dev/null 2>"$err"
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q "SMM_TEST_SEED" "$err"; then
+        echo "FAIL: SMM_TEST_SEED=$seed scaledmm check: exit $rc, expected 2 and a message:"
+        cat "$err"; fail=1
+    else
+        echo "ok: SMM_TEST_SEED=$seed scaledmm check: exit 2: $(head -n 1 "$err")"
+    fi
 done
 exit $fail
