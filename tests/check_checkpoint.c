@@ -877,6 +877,69 @@ START_TEST(test_quantize_fails_cleanly)
 }
 END_TEST
 
+/* The names quantize takes in the output directory: a directory in the
+ * way stops it before anything moves; a symbolic link is replaced, not
+ * followed; a shard whose name has no .safetensors suffix is written
+ * quantized once (it is not also copied as an "other file"). */
+START_TEST(test_quantize_output_names)
+{
+    char in[512], out[512], err[1024], names[2048], text[256], p[1200], victim[1200];
+    static float fw[6 * 4];
+    st_tensor t;
+    st_checkpoint *ck;
+    const st_tensor *q;
+    struct stat sb;
+    int i;
+
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    for (i = 0; i < 24; i++)
+        fw[i] = (float)(i % 7) - 3.0f;
+    t = tensor("x.dense.weight", ST_F32, 2, 6, 4, fw);
+    write_st(in, "w.bin", &t, 1);
+    write_text(in, "model.safetensors.index.json",
+               "{\"weight_map\": {\"x.dense.weight\": \"w.bin\"}}");
+    write_text(in, "notes.txt", "n");
+
+    /* a directory where notes.txt goes: nothing moves */
+    snprintf(p, sizeof p, "%s/notes.txt", out);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(out, "config.json", "{}");
+    ck_assert_int_ne(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "notes.txt") && strstr(err, "not a file"), "%s", err);
+    dir_names(out, names, sizeof names);
+    ck_assert_msg(strcmp(names, "config.json,notes.txt") == 0, "output holds: %s", names);
+    read_text(out, "config.json", text, sizeof text);
+    ck_assert_str_eq(text, "{}");
+    ck_assert_int_eq(rmdir(p), 0);
+
+    /* a link named like the shard: replaced, the file it names untouched */
+    snprintf(victim, sizeof victim, "%s/victim", out);
+    write_text(out, "victim", "keep");
+    snprintf(p, sizeof p, "%s/w.bin", out);
+    ck_assert_int_eq(symlink(victim, p), 0);
+    ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(lstat(p, &sb), 0);
+    ck_assert(S_ISREG(sb.st_mode));
+    read_text(out, "victim", text, sizeof text);
+    ck_assert_str_eq(text, "keep");
+    dir_names(out, names, sizeof names);
+    ck_assert_str_eq(names, "config.json,model.safetensors.index.json,notes.txt,victim,w.bin");
+
+    /* the shard is the quantized one */
+    ck = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(ck != NULL, "%s", err);
+    q = st_checkpoint_find(ck, "x.dense.weight");
+    ck_assert_ptr_nonnull(q);
+    ck_assert_int_eq(q->dtype, ST_I8);
+    ck_assert_ptr_nonnull(st_checkpoint_find(ck, "x.dense.weight_scale"));
+    st_checkpoint_close(ck);
+
+    rm_tree(in);
+    rm_tree(out);
+}
+END_TEST
+
 /* Which tensors count as Linear weights. */
 START_TEST(test_linear_rule)
 {
@@ -913,6 +976,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "reject_config", 30), test_reject_config);
     tcase_add_test(tu_tcase(s, "reject_checkpoint", 30), test_reject_checkpoint);
     tcase_add_test(tu_tcase(s, "quantize_fails_cleanly", 30), test_quantize_fails_cleanly);
+    tcase_add_test(tu_tcase(s, "quantize_output_names", 30), test_quantize_output_names);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
     return s;
 }

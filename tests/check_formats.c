@@ -700,11 +700,13 @@ START_TEST(test_write_rejects)
 }
 END_TEST
 
-/* What a writer may be pointed at besides a new file (`scaledmm run
- * --output`, `quantize`): an existing file keeps its mode; a link stays a
- * link and the file it names gets the data; a device is written in place,
+/* What the file writer (`scaledmm run --output`) may be pointed at
+ * besides a new file: an existing file keeps its mode; a link stays a link
+ * and the file it names gets the data (a dangling link: that file is
+ * created; a loop of links is an error); a device is written in place,
  * never replaced; a device that fails the write gives an error naming it;
- * no temporary file is left behind. */
+ * no temporary file is left behind. (`quantize` moves its files into the
+ * output directory instead: check_checkpoint.) */
 START_TEST(test_write_targets)
 {
     char *tmp = make_tmpdir();

@@ -11,12 +11,13 @@
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
 SCALEDMM=${SCALEDMM:-../tools/scaledmm}
+full=yes
 if ! [ -c /dev/full ] || ! [ -w /dev/full ]; then
-    echo "cli-errors.sh: SKIP: no writable /dev/full"
-    exit 77
+    echo "cli-errors.sh: no writable /dev/full: only the closed-stdout cases"
+    full=no
 fi
 fail=0
-err=${TMPDIR:-/tmp}/tool-stdout.$$
+err=$(mktemp) || exit 1
 trap 'rm -f "$err"' EXIT
 for args in "info" "info --json" "--help" "--version" "help" "help run" \
             "run --help" "bench --help" "quantize --help"; do
@@ -27,6 +28,7 @@ for args in "info" "info --json" "--help" "--version" "help" "help run" \
         echo "FAIL: scaledmm $args >/dev/null: exit $rc, expected 0"; cat "$err"; fail=1
     fi
     for to in full closed; do
+        [ $to = full ] && [ $full = no ] && continue
         if [ $to = full ]; then
             "$SCALEDMM" $args >/dev/full 2>"$err"
         else

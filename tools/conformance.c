@@ -91,7 +91,9 @@ uint64_t cf_seed(void)
         char *end;
         errno = 0;
         unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
-        if (errno == 0 && end != s && *end == '\0' && s[0] != '-')
+        /* As strict as `scaledmm check` (cli_parse_u64): digits only, no
+         * sign or blanks, so a value is taken by both or by neither. */
+        if (errno == 0 && end != s && *end == '\0' && s[0] >= '0' && s[0] <= '9')
             return (uint64_t)v;
         fprintf(stderr, "warning: ignoring SMM_TEST_SEED=\"%s\" (not a decimal or 0x-hex "
                         "64-bit number); using a fresh seed\n", s);

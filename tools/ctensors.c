@@ -1254,10 +1254,17 @@ typedef struct staged {
 } staged;
 
 /* The staging path of `name`, recorded as written (the caller writes it
- * next); NULL when out of memory (err set). */
+ * next); NULL when out of memory or when `name` was staged already (err
+ * set). */
 static char *stage_file(staged *sg, const char *name, char *err, size_t errlen)
 {
     char *path, *copy;
+    size_t i;
+    for (i = 0; i < sg->n; i++)
+        if (strcmp(sg->names[i], name) == 0) {
+            set_err(err, errlen, "%s: two outputs of that name", name);
+            return NULL;
+        }
     if (sg->n == sg->cap) {
         size_t cap = sg->cap ? 2 * sg->cap : 16;
         char **nn = realloc(sg->names, cap * sizeof *nn);
@@ -1280,28 +1287,47 @@ static char *stage_file(staged *sg, const char *name, char *err, size_t errlen)
     return path;
 }
 
-/* Moves every staged file into out_dir (an existing file there keeps its
- * mode, as st_write would keep it). Returns 0, or -1 with err set. */
+/* Moves every staged file into out_dir. Every name there is checked
+ * first: a regular file or a symbolic link is replaced (the link itself,
+ * not the file it names; a regular file keeps its mode), anything else (a
+ * directory, a device) stops the commit before anything is moved. Returns
+ * 0, or -1 with err set. */
 static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errlen)
 {
     size_t i;
-    for (i = 0; i < sg->n; i++) {
-        char *from = path_join(sg->dir, sg->names[i]), *to = path_join(out_dir, sg->names[i]);
-        struct stat sb;
-        int ok = from && to;
-        if (!ok)
-            set_err(err, errlen, "out of memory");
-        if (ok && stat(to, &sb) == 0 && S_ISREG(sb.st_mode))
-            (void)chmod(from, sb.st_mode & 07777);
-        if (ok && rename(from, to) != 0) {
-            set_err(err, errlen, "%s: %s", to, strerror(errno));
-            ok = 0;
+    int pass;
+    for (pass = 0; pass < 2; pass++)
+        for (i = 0; i < sg->n; i++) {
+            char *from = path_join(sg->dir, sg->names[i]), *to = path_join(out_dir, sg->names[i]);
+            struct stat sb;
+            int ok = from && to, exists = 0;
+            if (!ok)
+                set_err(err, errlen, "out of memory");
+            if (ok && lstat(to, &sb) == 0)
+                exists = 1;
+            else if (ok && errno != ENOENT) {
+                set_err(err, errlen, "%s: %s", to, strerror(errno));
+                ok = 0;
+            }
+            if (ok && pass == 0 && exists && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+                set_err(err, errlen, "%s: exists and is not a file (nothing was written)",
+                        to);
+                ok = 0;
+            }
+            if (ok && pass == 1) {
+                if (exists && S_ISREG(sb.st_mode))
+                    (void)chmod(from, sb.st_mode & 07777);
+                if (rename(from, to) != 0) {
+                    set_err(err, errlen, "%s: %s (the files before it in %s were replaced)",
+                            to, strerror(errno), out_dir);
+                    ok = 0;
+                }
+            }
+            free(from);
+            free(to);
+            if (!ok)
+                return -1;
         }
-        free(from);
-        free(to);
-        if (!ok)
-            return -1;
-    }
     return 0;
 }
 
@@ -1486,6 +1512,8 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
             int skip = e->d_name[0] == '.' || ends_with(e->d_name, ".safetensors") ||
                        strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
                        strcmp(e->d_name, "config.json") == 0;
+            for (fi = 0; !skip && fi < map.nfiles; fi++)
+                skip = strcmp(e->d_name, map.files[fi]) == 0; /* a shard, quantized */
             if (skip)
                 continue;
             from = path_join(in_dir, e->d_name);

@@ -171,10 +171,13 @@ typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void
  * module already has a "weight_scale" tensor is an error.
  * Everything is written into a staging directory inside out_dir
  * (.scaledmm-quantize.XXXXXX) and moved into out_dir only once all of it
- * is written; an existing file there is replaced (its mode kept).
- * Returns 0, or -1 with a message in err; out_dir is then as it was (and
- * removed if this call created it), except in the unlikely case of a
- * failed final move, which err names.
+ * is written and every name it takes there was checked: an existing
+ * regular file is replaced (its mode kept), a symbolic link is replaced
+ * itself (not followed), anything else (a directory) is an error before
+ * anything moves. Returns 0, or -1 with a message in err; out_dir is then
+ * as it was (and removed if this call created it), except when a rename
+ * itself fails after the checks (err says so). A process killed while
+ * writing leaves the staging directory behind.
  */
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user,

@@ -615,49 +615,6 @@ static int write_in_place(const char *path, const void *const *parts, const size
     return 0;
 }
 
-/* Where a chain of symbolic links that ends at no file points: the path
- * the last link names (relative links taken from their own directory), a
- * file to create as a shell's `>` would. NULL with errno set: ELOOP after
- * 40 links, ENOMEM, or readlink's error. */
-static char *dangling_target(const char *path)
-{
-    char *cur = strdup(path);
-    int hops;
-    for (hops = 0; cur != NULL; hops++) {
-        struct stat sb;
-        char buf[4096];
-        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode))
-            return cur;
-        if (hops == 40) {
-            free(cur);
-            errno = ELOOP;
-            return NULL;
-        }
-        ssize_t n = readlink(cur, buf, sizeof buf - 1);
-        if (n < 0 || n == (ssize_t)sizeof buf - 1) {
-            int e = n < 0 ? errno : ENAMETOOLONG;
-            free(cur);
-            errno = e;
-            return NULL;
-        }
-        buf[n] = '\0';
-        const char *slash = strrchr(cur, '/');
-        size_t dirlen = buf[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
-        char *next = malloc(dirlen + (size_t)n + 1);
-        if (!next) {
-            free(cur);
-            errno = ENOMEM;
-            return NULL;
-        }
-        memcpy(next, cur, dirlen);
-        memcpy(next + dirlen, buf, (size_t)n + 1);
-        free(cur);
-        cur = next;
-    }
-    errno = ENOMEM;
-    return NULL;
-}
-
 int st_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
                          size_t nparts, char *err, size_t errlen)
 {
@@ -665,20 +622,29 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
      * (a dangling link) create. */
     struct stat sb;
     char *resolved = NULL;
+    int created = 0;
     if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
         resolved = realpath(path, NULL);
-        if (!resolved) {
-            int e = errno;
-            if (stat(path, &sb) == 0) {
-                /* It names something realpath cannot spell (/dev/stdout
-                 * on a pipe): written through the link's own path. */
-            } else if (e == ENOENT && (resolved = dangling_target(path)) != NULL) {
-                /* a dangling link: its target is created */
-            } else {
-                seterr(err, errlen, "%s: %s", path, strerror(e == ENOENT ? errno : e));
+        if (!resolved && errno == ENOENT && stat(path, &sb) != 0) {
+            /* Dangling: the file it names is created through the link, as
+             * a shell's > creates it (with the kernel's rules on following
+             * links), and then replaced like any existing file. */
+            int fd = open(path, O_WRONLY | O_CREAT | O_NOCTTY, 0666);
+            if (fd < 0) {
+                seterr(err, errlen, "%s: %s", path, strerror(errno));
                 return -1;
             }
+            close(fd);
+            created = 1;
+            resolved = realpath(path, NULL);
         }
+        if (!resolved && stat(path, &sb) != 0) {
+            /* a loop of links, or a link that cannot be resolved */
+            seterr(err, errlen, "%s: %s", path, strerror(errno));
+            return -1;
+        }
+        /* Still NULL: it names something realpath cannot spell
+         * (/dev/stdout on a pipe), written through the link's own path. */
     }
     const char *target = resolved ? resolved : path;
     mode_t mode = 0644;
@@ -694,6 +660,8 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     char *tmp = malloc(len + 16);
     if (!tmp) {
         seterr(err, errlen, "%s: out of memory", path);
+        if (created)
+            unlink(target);
         free(resolved);
         return -1;
     }
@@ -702,6 +670,8 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     int fd = mkstemp(tmp);
     if (fd < 0) {
         seterr(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
+        if (created)
+            unlink(target); /* the empty file made through the link */
         free(tmp);
         free(resolved);
         return -1;
@@ -727,6 +697,8 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     if (!ok) {
         seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
         unlink(tmp);
+        if (created)
+            unlink(target);
     }
     free(tmp);
     free(resolved);
