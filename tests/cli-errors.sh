@@ -44,6 +44,22 @@ for args in "info" "info --json" "--help" "--version" "help" "help run" \
         fi
     done
 done
+# Output longer than stdout's buffer, so that the write fails while the
+# command runs, not only at the final flush (info printed nothing and
+# exited 1 then).
+long=/$(printf '%06000d' 0)
+for args in "info" "info --json"; do
+    [ $full = yes ] || break
+    # shellcheck disable=SC2086 # the words of $args are the arguments
+    SMM_GPU_PLUGIN_DIR=$long "$SCALEDMM" $args >/dev/full 2>"$err"
+    rc=$?
+    if [ $rc -ne 1 ] || ! grep -q "cannot write" "$err"; then
+        echo "FAIL: scaledmm $args, long output to /dev/full: exit $rc, expected 1 and a message:"
+        cat "$err"; fail=1
+    else
+        echo "ok: scaledmm $args, long output to /dev/full: exit 1: $(head -n 1 "$err")"
+    fi
+done
 for seed in garbage -1 0x 18446744073709551616; do
     SMM_TEST_SEED=$seed "$SCALEDMM" check --quick >/dev/null 2>"$err"
     rc=$?
