@@ -192,9 +192,10 @@ int cmd_check(int argc, char **argv)
          * another seed: an unreadable SMM_TEST_SEED is an error, as an
          * unreadable --seed is. */
         const char *env = getenv("SMM_TEST_SEED");
-        if (env && *env && cli_parse_u64("check", "SMM_TEST_SEED", env, &opt.seed) != 0)
+        if (!env || !*env)
+            opt.seed = cf_seed();
+        else if (cli_parse_u64("check", "SMM_TEST_SEED", env, &opt.seed) != 0)
             return EXIT_USAGE;
-        opt.seed = env && *env ? opt.seed : cf_seed();
     }
 
     /* Which backends: the one named, else every available non-reference
