@@ -682,6 +682,20 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         consume(u, xs);
     }
 
+    /* The scales (bias, zero point) of the thread's output elements: loaded
+     * here, so that their latency overlaps the block sums. */
+    const int PER = (16 * G * 8 * TG + SMM_DEC_WARPS * 32 - 1) / (SMM_DEC_WARPS * 32);
+    smm_epi_in in[PER];
+    if (S == 1 || rank == 0) {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int o = tid + i * SMM_DEC_WARPS * 32;
+            const int rr = o % (16 * G), m = o / (16 * G);
+            if (o < 16 * G * 8 * TG && m < d.m && n0 + rr < d.n)
+                in[i] = smm_epi_load(e, m, n0 + rr);
+        }
+    }
+
     /* Block sums (layout [G][TG * 4][32]: register, lane). */
 #pragma unroll
     for (int j = 0; j < G; j++)
@@ -724,15 +738,6 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * together first, then the elements finished: one memory latency
      * instead of one per element. */
     {
-        const int PER = (16 * G * 8 * TG + SMM_DEC_WARPS * 32 - 1) / (SMM_DEC_WARPS * 32);
-        smm_epi_in in[PER];
-#pragma unroll
-        for (int i = 0; i < PER; i++) {
-            const int o = tid + i * SMM_DEC_WARPS * 32;
-            const int rr = o % (16 * G), m = o / (16 * G);
-            if (o < 16 * G * 8 * TG && m < d.m && n0 + rr < d.n)
-                in[i] = smm_epi_load(e, m, n0 + rr);
-        }
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             const int o = tid + i * SMM_DEC_WARPS * 32;
