@@ -682,8 +682,11 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         consume(u, xs);
     }
 
-    /* The scales (bias, zero point) of the thread's output elements: loaded
-     * here, so that their latency overlaps the block sums. */
+    /* Output o: token o / (16 G), column n0 + o % (16 G) (consecutive
+     * threads write consecutive columns). The scales (bias, zero point) of
+     * all of a thread's elements are loaded here, together, before the
+     * block sums, so that their memory latency overlaps the sums (on an
+     * H200 this gave 0-2.7% at M <= 32 over loading them after the sums). */
     const int PER = (16 * G * 8 * TG + SMM_DEC_WARPS * 32 - 1) / (SMM_DEC_WARPS * 32);
     smm_epi_in in[PER];
     if (S == 1 || rank == 0) {
@@ -730,13 +733,9 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
             return;
     }
 
-    /* Output o: token o / (16 G), column n0 + o % (16 G) (consecutive
-     * threads write consecutive columns). Element (row r, token mm) of the
-     * 16 x 8 tile (j, t) is register (r / 8) * 2 + mm % 2 of lane
-     * (r % 8) * 4 + mm / 2. */
-    /* The thread's elements' scales (bias, zero point) are loaded
-     * together first, then the elements finished: one memory latency
-     * instead of one per element. */
+    /* The thread's outputs o, finished with the scales loaded above.
+     * Element (row r, token mm) of the 16 x 8 tile (j, t) is register
+     * (r / 8) * 2 + mm % 2 of lane (r % 8) * 4 + mm / 2. */
     {
 #pragma unroll
         for (int i = 0; i < PER; i++) {
