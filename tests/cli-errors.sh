@@ -19,6 +19,16 @@ fi
 fail=0
 err=$(mktemp) || exit 1
 trap 'rm -f "$err"' EXIT
+# expect RC PATTERN WHAT: the command just run (exit status in $rc, stderr
+# in $err) must have exited with RC and written PATTERN to stderr.
+expect() {
+    if [ "$rc" -ne "$1" ] || ! grep -q "$2" "$err"; then
+        echo "FAIL: $3: exit $rc, expected $1 and a message matching '$2':"
+        cat "$err"; fail=1
+    else
+        echo "ok: $3: exit $1: $(head -n 1 "$err")"
+    fi
+}
 for args in "info" "info --json" "--help" "--version" "help" "help run" \
             "run --help" "bench --help" "quantize --help"; do
     # shellcheck disable=SC2086 # the words of $args are the arguments
@@ -35,13 +45,7 @@ for args in "info" "info --json" "--help" "--version" "help" "help run" \
             "$SCALEDMM" $args >&- 2>"$err"
         fi
         rc=$?
-        if [ $rc -ne 1 ]; then
-            echo "FAIL: scaledmm $args, stdout $to: exit $rc, expected 1"; fail=1
-        elif ! grep -q "cannot write" "$err"; then
-            echo "FAIL: scaledmm $args, stdout $to: no message on stderr:"; cat "$err"; fail=1
-        else
-            echo "ok: scaledmm $args, stdout $to: exit 1: $(head -n 1 "$err")"
-        fi
+        expect 1 "cannot write" "scaledmm $args, stdout $to"
     done
 done
 # Output longer than stdout's buffer, so that the write fails while the
@@ -53,21 +57,11 @@ for args in "info" "info --json"; do
     # shellcheck disable=SC2086 # the words of $args are the arguments
     SMM_GPU_PLUGIN_DIR=$long "$SCALEDMM" $args >/dev/full 2>"$err"
     rc=$?
-    if [ $rc -ne 1 ] || ! grep -q "cannot write" "$err"; then
-        echo "FAIL: scaledmm $args, long output to /dev/full: exit $rc, expected 1 and a message:"
-        cat "$err"; fail=1
-    else
-        echo "ok: scaledmm $args, long output to /dev/full: exit 1: $(head -n 1 "$err")"
-    fi
+    expect 1 "cannot write" "scaledmm $args, long output to /dev/full"
 done
 for seed in garbage -1 0x 18446744073709551616; do
     SMM_TEST_SEED=$seed "$SCALEDMM" check --quick >/dev/null 2>"$err"
     rc=$?
-    if [ $rc -ne 2 ] || ! grep -q "SMM_TEST_SEED" "$err"; then
-        echo "FAIL: SMM_TEST_SEED=$seed scaledmm check: exit $rc, expected 2 and a message:"
-        cat "$err"; fail=1
-    else
-        echo "ok: SMM_TEST_SEED=$seed scaledmm check: exit 2: $(head -n 1 "$err")"
-    fi
+    expect 2 "SMM_TEST_SEED" "SMM_TEST_SEED=$seed scaledmm check"
 done
 exit $fail
