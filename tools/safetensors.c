@@ -660,21 +660,14 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     char *tmp = malloc(len + 16);
     if (!tmp) {
         seterr(err, errlen, "%s: out of memory", path);
-        if (created)
-            unlink(target);
-        free(resolved);
-        return -1;
+        goto fail;
     }
     memcpy(tmp, target, len);
     memcpy(tmp + len, ".tmp.XXXXXX", 12);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         seterr(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
-        if (created)
-            unlink(target); /* the empty file made through the link */
-        free(tmp);
-        free(resolved);
-        return -1;
+        goto fail;
     }
     const char *what = "fchmod";
     int ok = fchmod(fd, mode) == 0;
@@ -697,12 +690,17 @@ int st_write_file_atomic(const char *path, const void *const *parts, const size_
     if (!ok) {
         seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
         unlink(tmp);
-        if (created)
-            unlink(target);
+        goto fail;
     }
     free(tmp);
     free(resolved);
-    return ok ? 0 : -1;
+    return 0;
+fail:
+    if (created)
+        unlink(target); /* the empty file made through the link */
+    free(tmp);
+    free(resolved);
+    return -1;
 }
 
 typedef struct order_item {
