@@ -231,6 +231,9 @@ struct case_opts {
     int full_check;          /* 0: sampled (large problems) */
     int late_inputs;         /* 1: A and B are written by slow kernels queued just
                                 before the GEMM on the same stream */
+    int b_static;            /* 1: B passed as a packed B's rows would be
+                                (smm_gpu_launch_mm's b_static): with
+                                late_inputs, only A is written late */
 };
 
 /* Waits about `ns` nanoseconds, then copies n bytes from src to dst: the
@@ -324,15 +327,17 @@ static void run_case(const case_opts &o)
         CK(cudaMemcpy(da + o.a_off, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
     } else {
-        /* A and B hold other values until two kernels queued just before
-         * the GEMM, on the GEMM's stream, write them (after ~100 us each;
-         * see below). */
+        /* A (and B, unless it is static) hold other values until kernels
+         * queued just before the GEMM, on the GEMM's stream, write them
+         * (after ~100 us each; see below). */
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         CK(cudaMalloc((void **)&stage, (size_t)(fa + fb + 1)));
         CK(cudaMemcpy(stage, p.a.data(), (size_t)fa, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(stage + fa, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
         CK(cudaMemset(da, 0x7f, (size_t)(afoot + 512)));
         CK(cudaMemset(db, 0x81, (size_t)(bfoot + 512)));
+        if (o.b_static)
+            CK(cudaMemcpy(db + o.b_off, p.b.data(), (size_t)fb, cudaMemcpyHostToDevice));
     }
     CK(cudaMemset(dc, 0xA5, (size_t)cbytes + 512));
     if (!p.sa.empty()) {
@@ -368,11 +373,12 @@ static void run_case(const case_opts &o)
              * the GEMM. */
             CK(cudaDeviceSynchronize());
             slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
-            slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
+            if (!o.b_static)
+                slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
             CK(cudaGetLastError());
         }
         const unsigned long tma0 = smm_decode_tma_launches;
-        CK(smm_gpu_launch_mm(&q, st));
+        CK(smm_gpu_launch_mm(&q, o.b_static != 0, st));
         CK(cudaDeviceSynchronize());
         /* A forced tensor-copy decode launch must have run it when it
          * can (sm_90a code, aligned rows, K > 0): not the fallback. */
@@ -455,12 +461,12 @@ static void run_case(const case_opts &o)
         g_failures++;
         fprintf(stderr,
                 "FAIL m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld a_off=%d b_off=%d %s "
-                "sa=%s sb=%s bias=%d azp=%d%s extreme=%d late=%d decode kind=%d g=%d s=%d "
-                "stages=%d: %ld bad\n",
+                "sa=%s sb=%s bias=%d azp=%d%s extreme=%d late=%d bstatic=%d decode kind=%d "
+                "g=%d s=%d stages=%d: %ld bad\n",
                 (long long)m, (long long)n, (long long)k, (long long)o.lda, (long long)o.ldb,
                 (long long)o.ldc, o.a_off, o.b_off, dtype_name(o.dtype),
                 o.sa_per_row ? "row" : "tensor", o.sb_per_col ? "col" : "tensor", o.has_bias,
-                o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, o.late_inputs,
+                o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, o.late_inputs, o.b_static,
                 smm_decode_force_kind, smm_decode_force_g, smm_decode_force_s,
                 smm_decode_force_stages, bad);
     }
@@ -508,6 +514,7 @@ static case_opts random_opts(int64_t m, int64_t n, int64_t k)
         o.special_pct = rnd(0, 3) == 0 ? 10 : 0;
     }
     o.full_check = m * n * std::max<int64_t>(k, 1) <= (int64_t)1 << 31;
+    o.b_static = (int)rnd(0, 1);
     return o;
 }
 
@@ -559,12 +566,13 @@ static void run_tests(void)
         smm_decode_force_kind = 0;
     }
 
-    fprintf(stderr, "A and B written by kernels queued just before the GEMM, which may "
-                    "launch early (M 1..33 on the decode path, then larger M)\n");
+    fprintf(stderr, "A and B (or A alone, with B static) written by kernels queued just "
+                    "before the GEMM, which may launch early (M 1..33 on the decode path, "
+                    "then larger M)\n");
     {
         const int gs[] = {0, 1, 2, 4}, stg[] = {0, 2, 3, 16};
-        for (it = 0; it < 64; it++) {
-            const int64_t m = it < 60 ? rnd(1, 33) : rnd(64, 300);
+        for (it = 0; it < 100; it++) {
+            const int64_t m = it < 94 ? rnd(1, 33) : rnd(64, 300);
             const int64_t n = rnd(0, 2) == 0 ? rnd(1, 300) : rnd(300, 3000);
             const int64_t k = rnd(0, 4) == 0 ? rnd(2000, 9000) : rnd(1, 2200);
             case_opts o = random_opts(m, n, k);
@@ -755,12 +763,12 @@ static void run_bench(void)
                 }
                 q.c = c; q.ldc = n; q.c_dtype = dt;
                 for (int r = 0; r < 2; r++)
-                    CK(smm_gpu_launch_mm(&q, st));
+                    CK(smm_gpu_launch_mm(&q, false, st));
                 CK(cudaStreamSynchronize(st));
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int l = 0; l < launches; l++) {
                     q.b = b + (int64_t)(l % copies) * wbytes;
-                    CK(smm_gpu_launch_mm(&q, st));
+                    CK(smm_gpu_launch_mm(&q, false, st));
                 }
                 CK(cudaStreamEndCapture(st, &graph));
                 CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -884,7 +892,7 @@ __global__ void empty_kernel(void)
 /* What a sweep column launches: the library's decode launcher (forced row
  * groups g, cluster blocks s; 0, 0: its own choice), parts_kernel in its
  * three forms, or empty_kernel (all with N / 16 blocks of 256 threads). */
-enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY, SW_DTMA };
+enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY, SW_DTMA, SW_STATIC };
 
 static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *b,
                               const int8_t *a, int64_t n, int64_t k, int32_t *sink,
@@ -910,8 +918,9 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
         parts_kernel<4, false><<<nblk, 256, 0, st>>>(b, a, m, n, k, sink);
 }
 
-/* --decode-sweep: weight GB/s of every decode row-group / cluster choice
- * (smm_decode_force_g / _s; columns g,s) and of the tensor-copy decode
+/* --decode-sweep: weight GB/s of the launcher's choice (0,0) and of the
+ * same with B static, as a packed B is (0,0p), of every decode row-group /
+ * cluster choice (smm_decode_force_g / _s; columns g,s) and of the tensor-copy decode
  * kernel's stage counts and clusters (smm_decode_force_stages / _s;
  * columns tstages,s; 0: the launcher's choice) at M = 1, 16, 32, bf16
  * output, layer shapes; at the same weight rotation, the parts of the one-group variant alone
@@ -921,15 +930,16 @@ static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    enum { NCFG = 18 };
-    const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
+    enum { NCFG = 19 };
+    const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_STATIC, 0, 0},
+                              {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
                               {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2}, {SW_DECODE, 2, 4},
                               {SW_DTMA, 0, 0},   {SW_DTMA, 0, 1},   {SW_DTMA, 0, 2},
                               {SW_DTMA, 0, 4},   {SW_DTMA, 3, 0},   {SW_DTMA, 4, 0},
                               {SW_DTMA, 8, 0},   {SW_DTMA, 16, 0},
                               {SW_READ, 0, 0},   {SW_TOKENS, 0, 0}, {SW_MMA, 0, 0},
                               {SW_EMPTY, 0, 0}};
-    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t"};
+    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t", "0,0p"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
     int8_t *a, *b;
     float *sa, *sb;
@@ -952,7 +962,7 @@ static void run_decode_sweep(void)
     CK(cudaDeviceSynchronize());
     printf("decode sweep, weight GB/s (bf16 out); columns g,s: the mma.sync decode kernel's "
            "row groups and cluster blocks (0,0 = the launcher's choice of kernel and "
-           "variant); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
+           "variant; 0,0p = the same with B static, as a packed B); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
            "(0: its launcher's choice); rd, rdx, rdxm: the one-group variant's weight reads "
            "alone, with its token loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
@@ -991,8 +1001,8 @@ static void run_decode_sweep(void)
                 smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
-                if (kind == SW_DECODE || kind == SW_DTMA)
-                    CK(smm_gpu_launch_mm(&q, st));
+                if (kind == SW_DECODE || kind == SW_DTMA || kind == SW_STATIC)
+                    CK(smm_gpu_launch_mm(&q, kind == SW_STATIC, st));
                 else
                     launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
                 CK(cudaGetLastError());
@@ -1000,8 +1010,8 @@ static void run_decode_sweep(void)
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int l = 0; l < launches; l++) {
                     q.b = b + (int64_t)(l % copies) * wbytes;
-                    if (kind == SW_DECODE || kind == SW_DTMA)
-                        CK(smm_gpu_launch_mm(&q, st));
+                    if (kind == SW_DECODE || kind == SW_DTMA || kind == SW_STATIC)
+                        CK(smm_gpu_launch_mm(&q, kind == SW_STATIC, st));
                     else
                         launch_sweep_kind(kind, m, nblk, q.b, a, n, k, (int32_t *)c, st);
                 }
@@ -1059,7 +1069,7 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k)
     fill_f32<<<64, 256>>>(sb, n, 0.002f);
     q = decode_problem(m, n, k, a, b, sa, sb, c);
     for (int l = 0; l < 20; l++)
-        CK(smm_gpu_launch_mm(&q, 0));
+        CK(smm_gpu_launch_mm(&q, false, 0));
     CK(cudaDeviceSynchronize());
     cudaFree(a);
     cudaFree(b);

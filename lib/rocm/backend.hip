@@ -245,13 +245,15 @@ static smm_status gpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm
 static smm_status gpu_mm(smm_context *ctx, const smm_mm_problem *p)
 {
     smm_mm_problem q = *p;
+    const bool b_static = q.b_packed != NULL;
     if (q.b_packed) {
-        /* This backend's packed B is B itself, dense (ldb = K). */
+        /* This backend's packed B is B itself, dense (ldb = K), copied
+         * before gpu_pack_b returned and written by no kernel. */
         q.b = q.b_packed->rows;
         q.ldb = q.k;
         q.b_packed = NULL;
     }
-    gpuError_t e = smm_gpu_launch_mm(&q, stream_of(ctx));
+    gpuError_t e = smm_gpu_launch_mm(&q, b_static, stream_of(ctx));
     return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "matrix multiplication kernel launch");
 }
 

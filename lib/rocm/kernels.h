@@ -17,8 +17,11 @@ extern "C" {
 #include "internal.h"
 }
 
-/* One scaled mm or raw int32 gemm (c_dtype I32), as smm_mm_problem says. */
-gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, gpuStream_t stream);
+/* One scaled mm or raw int32 gemm (c_dtype I32), as smm_mm_problem says.
+ * b_static: p->b is the rows of a packed B (smm_pack_b), which no kernel
+ * writes, so the NVIDIA decode kernels may read it before the kernel ahead
+ * of them in the stream has finished (gemm.hip); false for a caller's B. */
+gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t stream);
 
 /* One smm_quantize_i8 problem, every mode of the contract. */
 gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t stream);
