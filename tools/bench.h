@@ -45,8 +45,8 @@ typedef struct bench_config {
                              asynchronous launches, smm_synchronize */
     uint64_t seed;        /* data seed */
     size_t llc_bytes;     /* last-level cache size */
-    int prepack;          /* host path: weights packed once per copy with
-                             smm_pack_b and passed as b_packed */
+    int prepack;          /* weights packed once per copy with smm_pack_b
+                             and passed as b_packed (host and device path) */
     const char *packed_format;  /* smm_packed_b_format of those, once known */
 } bench_config;
 
@@ -64,7 +64,9 @@ typedef struct bench_weights {
                                      (bench_onednn.h; freed with the weights) */
     smm_context *dev_ctx; /* context of the device copies below, or NULL */
     int dev_copies;       /* device weight copies (with their scales) */
-    int8_t **dev_b;       /* dev_copies x (N x K) in smm_malloc memory */
+    int8_t **dev_b;       /* dev_copies x (N x K) in smm_malloc memory, or
+                             NULL entries once packed into dev_packed */
+    smm_packed_b **dev_packed; /* dev_copies packed on dev_ctx, or NULL */
     float **dev_scale_b;  /* dev_copies x N in smm_malloc memory */
 } bench_weights;
 
@@ -89,9 +91,12 @@ int bench_weights_pack(bench_weights *w, smm_context *ctx, char *err, size_t err
 /* bench_device.c: uploads w's first copy (weights and scales) into as many
  * smm_malloc'd copies on ctx as make their total exceed
  * BENCH_DEVICE_ROTATE_BYTES (sets dev_ctx, dev_copies, dev_b,
- * dev_scale_b; bench_weights_free frees them). Returns 0, or -1 with the
- * reason in err (nothing left allocated). */
-int bench_weights_to_device(bench_weights *w, smm_context *ctx, char *err, size_t errsize);
+ * dev_scale_b; bench_weights_free frees them). With pack, each weight copy
+ * is then packed with smm_pack_b on ctx into dev_packed and its smm_malloc
+ * copy freed (dev_b[c] NULL), as an inference engine loads its weights.
+ * Returns 0, or -1 with the reason in err (nothing left allocated). */
+int bench_weights_to_device(bench_weights *w, smm_context *ctx, int pack, char *err,
+                            size_t errsize);
 
 /* The quantize and scaled_mm arguments of one layer call as the bench
  * makes it (bench_point.c): bf16 x (M x K) -> int8 q (M x K) with

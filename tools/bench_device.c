@@ -28,7 +28,8 @@ static smm_memcpy_kind kind_for(smm_context *ctx, smm_memcpy_kind kind)
     return b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA ? kind : SMM_MEMCPY_HOST_TO_HOST;
 }
 
-int bench_weights_to_device(bench_weights *w, smm_context *ctx, char *err, size_t errsize)
+int bench_weights_to_device(bench_weights *w, smm_context *ctx, int pack, char *err,
+                            size_t errsize)
 {
     const size_t nk = (size_t)w->n * (size_t)w->k, sb = (size_t)w->n * sizeof(float);
     const size_t per_copy = nk + sb;
@@ -69,8 +70,29 @@ int bench_weights_to_device(bench_weights *w, smm_context *ctx, char *err, size_
                  smm_strerror(st), smm_context_last_error(ctx));
         goto fail;
     }
+    if (pack) {
+        w->dev_packed = calloc((size_t)w->dev_copies, sizeof *w->dev_packed);
+        if (!w->dev_packed) {
+            snprintf(err, errsize, "out of host memory");
+            goto fail;
+        }
+        for (c = 0; c < w->dev_copies; c++) {
+            st = smm_pack_b(ctx, w->n, w->k, w->dev_b[c], w->k, &w->dev_packed[c]);
+            if (st != SMM_OK) {
+                snprintf(err, errsize, "smm_pack_b of device weight copy %d of %d: %s (%s)",
+                         c + 1, w->dev_copies, smm_strerror(st), smm_context_last_error(ctx));
+                goto fail;
+            }
+            smm_free(ctx, w->dev_b[c]);
+            w->dev_b[c] = NULL;
+        }
+    }
     return 0;
 fail:
+    for (c = 0; w->dev_packed && c < w->dev_copies; c++)
+        smm_packed_b_destroy(w->dev_packed[c]);
+    free(w->dev_packed);
+    w->dev_packed = NULL;
     for (c = 0; w->dev_b && c < w->dev_copies; c++)
         smm_free(ctx, w->dev_b[c]);
     for (c = 0; w->dev_scale_b && c < w->dev_copies; c++)
@@ -107,6 +129,10 @@ static smm_status launch(const bench_config *cfg, const bench_weights *w, int64_
         smm_scaled_mm_args ma;
         bench_layer_args(m, w->n, w->k, d->x, d->q, d->scale_a, w->dev_b[*copy],
                          w->dev_scale_b[*copy], d->c, &qa, &ma);
+        if (w->dev_packed) {
+            ma.b = NULL;
+            ma.b_packed = w->dev_packed[*copy];
+        }
         if (part & PART_QUANT) {
             st = smm_quantize_i8(cfg->ctx, &qa);
             *what = "smm_quantize_i8";

@@ -96,7 +96,8 @@ void cmd_bench_help(FILE *f)
           "smm_synchronize (host CLOCK_MONOTONIC); one sample = run time / L, with L\n"
           "chosen per point so that a run lasts about 20 ms; medians of the samples.\n"
           "Weights rotate over device copies totalling more than 256 MiB (the GPU's\n"
-          "L2 is smaller). After timing, the outputs are poisoned, one more layer\n"
+          "L2 is smaller), packed on the device as on the host unless --weights raw.\n"
+          "After timing, the outputs are poisoned, one more layer\n"
           "runs, and its int8 activations, scales and bf16 output, copied back, are\n"
           "verified as above. The default M list is then 1,16,32,2048,4096,8192, the\n"
           "CPU baselines and CPU peak/bandwidth are skipped, and the device's copy\n"
@@ -572,8 +573,12 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? " " : "",
                  o->models[i]->name);
     out_meta_str(t, "models", buf);
-    if (cfg->device)
-        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory");
+    if (cfg->device && cfg->prepack)
+        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory, packed once per copy "
+                 "with smm_pack_b (format \"%s\"), passed as b_packed",
+                 cfg->packed_format ? cfg->packed_format : "?");
+    else if (cfg->device)
+        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory (--weights raw)");
     else if (cfg->prepack)
         snprintf(buf, sizeof buf, "packed once per copy with smm_pack_b (format \"%s\"), "
                  "passed as b_packed", cfg->packed_format ? cfg->packed_format : "?");
@@ -880,7 +885,7 @@ int cmd_bench(int argc, char **argv)
     /* The CPU baselines say nothing about a device. */
     cfg.baseline = o.baseline && !cfg.device;
     cfg.onednn = o.onednn && !cfg.device;
-    cfg.prepack = !o.raw_weights && !cfg.device;
+    cfg.prepack = !o.raw_weights;
     cfg.seed = o.seed;
     cfg.llc_bytes = sysinfo_llc_bytes(&llc_source);
     /* The device path keeps one host copy of the weights (for the upload
@@ -925,11 +930,14 @@ int cmd_bench(int argc, char **argv)
                   ? ckpt_weights_init(&w, &wcfg, &cb.model->layers[li], err, sizeof err)
                   : bench_weights_init(&w, &wcfg, layer->n, layer->k, (uint64_t)mi,
                                        (uint64_t)li, err, sizeof err)) == 0;
-            if (ok && cfg.device && bench_weights_to_device(&w, cfg.ctx, err, sizeof err) != 0) {
+            if (ok && cfg.device &&
+                bench_weights_to_device(&w, cfg.ctx, cfg.prepack, err, sizeof err) != 0) {
                 bench_weights_free(&w);
                 ok = 0;
+            } else if (ok && cfg.device && w.dev_packed) {
+                cfg.packed_format = smm_packed_b_format(w.dev_packed[0]);
             }
-            if (ok && cfg.prepack) {
+            if (ok && cfg.prepack && !cfg.device) {
                 progress_update("[%d/%d] %s %s: packing %d weight cop%s ...", index + 1, total,
                                 model->name, layer->name, w.copies, w.copies == 1 ? "y" : "ies");
                 if (bench_weights_pack(&w, cfg.ctx, err, sizeof err) != 0) {
