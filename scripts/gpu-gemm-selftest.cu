@@ -920,7 +920,8 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
 
 /* --decode-sweep: weight GB/s of the launcher's choice (0,0) and of the
  * same with B static, as a packed B is (0,0p), of every decode row-group /
- * cluster choice (smm_decode_force_g / _s; columns g,s) and of the tensor-copy decode
+ * cluster choice (smm_decode_force_g / _s; columns g,s, and g,sp with B
+ * static) and of the tensor-copy decode
  * kernel's stage counts and clusters (smm_decode_force_stages / _s;
  * columns tstages,s; 0: the launcher's choice) at M = 1, 16, 32, bf16
  * output, layer shapes; at the same weight rotation, the parts of the one-group variant alone
@@ -930,16 +931,18 @@ static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    enum { NCFG = 19 };
+    enum { NCFG = 24 };
     const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_STATIC, 0, 0},
                               {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
                               {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2}, {SW_DECODE, 2, 4},
+                              {SW_STATIC, 1, 1}, {SW_STATIC, 2, 1}, {SW_STATIC, 1, 2},
+                              {SW_STATIC, 2, 2}, {SW_STATIC, 2, 4},
                               {SW_DTMA, 0, 0},   {SW_DTMA, 0, 1},   {SW_DTMA, 0, 2},
                               {SW_DTMA, 0, 4},   {SW_DTMA, 3, 0},   {SW_DTMA, 4, 0},
                               {SW_DTMA, 8, 0},   {SW_DTMA, 16, 0},
                               {SW_READ, 0, 0},   {SW_TOKENS, 0, 0}, {SW_MMA, 0, 0},
                               {SW_EMPTY, 0, 0}};
-    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t", "0,0p"};
+    const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
     int8_t *a, *b;
     float *sa, *sb;
@@ -962,7 +965,7 @@ static void run_decode_sweep(void)
     CK(cudaDeviceSynchronize());
     printf("decode sweep, weight GB/s (bf16 out); columns g,s: the mma.sync decode kernel's "
            "row groups and cluster blocks (0,0 = the launcher's choice of kernel and "
-           "variant; 0,0p = the same with B static, as a packed B); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
+           "variant; g,sp = the same with B static, as a packed B); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
            "(0: its launcher's choice); rd, rdx, rdxm: the one-group variant's weight reads "
            "alone, with its token loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
@@ -970,6 +973,8 @@ static void run_decode_sweep(void)
         char name[16];
         if (cfg[ci][0] == SW_DECODE)
             snprintf(name, sizeof name, "%d,%d", cfg[ci][1], cfg[ci][2]);
+        else if (cfg[ci][0] == SW_STATIC)
+            snprintf(name, sizeof name, "%d,%dp", cfg[ci][1], cfg[ci][2]);
         else if (cfg[ci][0] == SW_DTMA)
             snprintf(name, sizeof name, "t%d,%d", cfg[ci][1], cfg[ci][2]);
         else
@@ -996,7 +1001,10 @@ static void run_decode_sweep(void)
                     printf("  %6s", "-"); /* the same at every M */
                     continue;
                 }
-                smm_decode_force_kind = kind == SW_DTMA ? 2 : kind == SW_DECODE && cfg[ci][1] ? 1 : 0;
+                smm_decode_force_kind = kind == SW_DTMA ? 2
+                                        : (kind == SW_DECODE || kind == SW_STATIC) && cfg[ci][1]
+                                            ? 1
+                                            : 0;
                 smm_decode_force_g = kind == SW_DTMA ? 0 : cfg[ci][1];
                 smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
