@@ -53,7 +53,11 @@
  *     decode kernels, launched with programmatic dependent launch on
  *     sm_90+, must wait for it);
  *   - on the decode path (M <= 33, 16-byte aligned rows), each decode
- *     kernel with random forced row groups, clusters and stage counts.
+ *     kernel with random forced row groups, clusters and stage counts;
+ *   - B static (as a packed B is: the decode kernel then reads it before
+ *     its wait) in random cases, A alone written late in some of those,
+ *     and two decode GEMMs chained on one stream, the second reading the
+ *     first's output.
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -518,6 +522,8 @@ static case_opts random_opts(int64_t m, int64_t n, int64_t k)
     return o;
 }
 
+static void run_chain_case(void);
+
 static void run_tests(void)
 {
     int it;
@@ -650,6 +656,107 @@ static void run_tests(void)
             run_case(o);
         }
     }
+
+    fprintf(stderr, "two decode GEMMs chained on one stream, B static, the second's A the "
+                    "first's output\n");
+    for (it = 0; it < 16; it++)
+        run_chain_case();
+}
+
+/* Two decode GEMMs back to back on one stream, both with B static (as a
+ * packed B is), int32 out: the second's A is the first's output, its
+ * int32 rows read as int8 rows of 4 N1 bytes. The first lets its successor
+ * launch right after its own wait (griddepcontrol.launch_dependents), and
+ * the second loads its B before its wait; it must still read all of the
+ * first's output, never the poison under it. Host oracle: wrapping int32
+ * sums of the same bytes. (On an H200 a build with the B-static kernel's
+ * wait deleted still passed these cases, the second kernel evidently not
+ * reaching its loads of A before the first had finished, while it failed
+ * 18 of the late-A cases above; they stay as a check of chained results.) */
+static void run_chain_case(void)
+{
+    const int64_t m = rnd(1, 32), n1 = 4 * rnd(1, 512), k1 = rnd(1, 8192), n2 = rnd(1, 1500);
+    const int64_t lda1 = (k1 + 15) / 16 * 16, k2 = 4 * n1; /* A2 rows: 16-byte multiples */
+    std::vector<int8_t> a1((size_t)(m * lda1)), b1((size_t)(n1 * k1)), b2((size_t)(n2 * k2));
+    std::vector<int32_t> c1((size_t)(m * n1)), c2((size_t)(m * n2));
+    std::vector<int32_t> got1(c1.size()), got2(c2.size());
+    int8_t *da1, *db1, *db2;
+    int32_t *dc1, *dc2;
+    cudaStream_t st;
+    long bad = 0;
+
+    for (auto &v : a1) v = (int8_t)rnd(-128, 127);
+    for (auto &v : b1) v = (int8_t)rnd(-128, 127);
+    for (auto &v : b2) v = (int8_t)rnd(-128, 127);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n1; j++) {
+            uint32_t acc = 0;
+            for (int64_t kk = 0; kk < k1; kk++)
+                acc += (uint32_t)((int32_t)a1[(size_t)(i * lda1 + kk)] *
+                                  (int32_t)b1[(size_t)(j * k1 + kk)]);
+            c1[(size_t)(i * n1 + j)] = (int32_t)acc;
+        }
+    const int8_t *a2 = (const int8_t *)c1.data();
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n2; j++) {
+            uint32_t acc = 0;
+            for (int64_t kk = 0; kk < k2; kk++)
+                acc += (uint32_t)((int32_t)a2[(size_t)(i * k2 + kk)] *
+                                  (int32_t)b2[(size_t)(j * k2 + kk)]);
+            c2[(size_t)(i * n2 + j)] = (int32_t)acc;
+        }
+
+    CK(cudaMalloc((void **)&da1, a1.size()));
+    CK(cudaMalloc((void **)&db1, b1.size()));
+    CK(cudaMalloc((void **)&db2, b2.size()));
+    CK(cudaMalloc((void **)&dc1, c1.size() * 4));
+    CK(cudaMalloc((void **)&dc2, c2.size() * 4));
+    CK(cudaMemcpy(da1, a1.data(), a1.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db1, b1.data(), b1.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db2, b2.data(), b2.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(dc1, 0xA5, c1.size() * 4));
+    CK(cudaMemset(dc2, 0xA5, c2.size() * 4));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    {
+        smm_mm_problem q;
+        memset(&q, 0, sizeof q);
+        q.m = m; q.n = n1; q.k = k1;
+        q.a = da1; q.lda = lda1;
+        q.b = db1; q.ldb = k1;
+        q.c = dc1; q.ldc = n1;
+        q.c_dtype = SMM_DTYPE_I32;
+        /* The first one slow (64 rows per block, no split of K: few
+         * blocks, each long), so that the second can launch while it runs. */
+        smm_decode_force_kind = 1;
+        smm_decode_force_g = 4;
+        smm_decode_force_s = 1;
+        CK(smm_gpu_launch_mm(&q, true, st));
+        smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
+        q.n = n2; q.k = k2;
+        q.a = (const int8_t *)dc1; q.lda = k2;
+        q.b = db2; q.ldb = k2;
+        q.c = dc2; q.ldc = n2;
+        CK(smm_gpu_launch_mm(&q, true, st));
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(got1.data(), dc1, c1.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got2.data(), dc2, c2.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < c1.size(); i++)
+        bad += got1[i] != c1[i];
+    for (size_t i = 0; i < c2.size(); i++)
+        bad += got2[i] != c2[i];
+    g_cases++;
+    if (bad) {
+        g_failures++;
+        fprintf(stderr, "FAIL chain m=%lld n1=%lld k1=%lld n2=%lld k2=%lld: %ld bad\n",
+                (long long)m, (long long)n1, (long long)k1, (long long)n2, (long long)k2, bad);
+    }
+    CK(cudaStreamDestroy(st));
+    cudaFree(da1);
+    cudaFree(db1);
+    cudaFree(db2);
+    cudaFree(dc1);
+    cudaFree(dc2);
 }
 
 /* ------------------------------------------------------------------ */
