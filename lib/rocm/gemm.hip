@@ -605,8 +605,8 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     /* Launched with programmatic stream serialization (d.pdl), the kernel
      * may start while the one ahead of it in the stream is finishing: it
      * waits here for that grid to complete and its memory to be visible
-     * before it touches global memory. Without a prerequisite grid this
-     * returns at once. */
+     * before it touches global memory (but a static B, above). Without a
+     * prerequisite grid this returns at once. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     /* With B static the next kernel in the stream may launch now (when it
      * too was launched programmatically): its blocks take SM slots as this
@@ -2011,8 +2011,9 @@ static unsigned long smm_decode_tma_launches = 0;
 /* Programmatic dependent launch of the decode kernel (sm_90+): on unless
  * SMM_GPU_PDL=0 is in the environment (read once per process) or a launch
  * with it was refused. Each decode launch may then begin while the kernel
- * ahead of it in the stream drains, and waits in its first instruction
- * for that kernel's completion (griddepcontrol.wait): the launch latency
+ * ahead of it in the stream drains, and waits for that kernel's completion
+ * (griddepcontrol.wait) before it touches global memory, but for the
+ * first weights of a static B (smm_decode_kernel): the launch latency
  * overlaps the previous kernel's tail, with the stream's order kept. */
 static int smm_decode_pdl_env = -1, smm_decode_pdl_off = 0;
 
