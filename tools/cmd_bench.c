@@ -574,11 +574,12 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                  o->models[i]->name);
     out_meta_str(t, "models", buf);
     if (cfg->device && cfg->prepack)
-        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory, packed once per copy "
-                 "with smm_pack_b (format \"%s\"), passed as b_packed",
+        snprintf(buf, sizeof buf, "int8 rows (N x K) in smm_malloc memory, packed once per "
+                 "copy with smm_pack_b (format \"%s\"), passed as b_packed",
                  cfg->packed_format ? cfg->packed_format : "?");
     else if (cfg->device)
-        snprintf(buf, sizeof buf, "int8 rows (N x K) in device memory (--weights raw)");
+        snprintf(buf, sizeof buf, "int8 rows (N x K) in smm_malloc memory, passed as b "
+                 "(--weights raw)");
     else if (cfg->prepack)
         snprintf(buf, sizeof buf, "packed once per copy with smm_pack_b (format \"%s\"), "
                  "passed as b_packed", cfg->packed_format ? cfg->packed_format : "?");
