@@ -581,21 +581,26 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * stream cannot be writing it: the first U steps of weights are loaded
      * before the wait below, and the shared sums zeroed, while that kernel
      * may still be running. */
+    /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
+    auto wrow = [&](int j, int h) {
+        return d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
+    };
+    /* The warp's first chunk and the chunk count are written out here, not
+     * shared with the main loop's c, full and CS: computed before the wait,
+     * those changed the plain kernel's code (it spilled). */
     uint4 u0[U][G][2];
     const bool have_u =
         BSTATIC && (int64_t)rank * SMM_DEC_WARPS + warp + (U - 1) * S * SMM_DEC_WARPS < d.k / 64;
     if (have_u) {
         const int64_t c0 = (int64_t)rank * SMM_DEC_WARPS + warp;
 #pragma unroll
-        for (int s = 0; s < U; s++) {
-            const int64_t off = (c0 + s * S * SMM_DEC_WARPS) * 64;
+        for (int s = 0; s < U; s++)
 #pragma unroll
             for (int j = 0; j < G; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    u0[s][j][h] = smm_ld_stream16(
-                        d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16 + off);
-        }
+                    u0[s][j][h] =
+                        smm_ld_stream16(wrow(j, h) + (c0 + s * S * SMM_DEC_WARPS) * 64);
     }
     if (BSTATIC)
         for (int i = tid; i < NR + G * 16; i += SMM_DEC_WARPS * 32)
@@ -629,7 +634,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     for (int j = 0; j < G; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            w[j][h] = d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
+            w[j][h] = wrow(j, h);
     const int8_t *x[TG];
 #pragma unroll
     for (int t = 0; t < TG; t++)
