@@ -97,6 +97,10 @@ int bench_weights_pack(bench_weights *w, smm_context *ctx, char *err, size_t err
  * Returns 0, or -1 with the reason in err (nothing left allocated). */
 int bench_weights_to_device(bench_weights *w, smm_context *ctx, int pack, char *err,
                             size_t errsize);
+/* Frees what bench_weights_to_device made (packed and smm_malloc'd copies,
+ * their pointer arrays) and clears those fields; bench_weights_free calls
+ * it. Safe on weights without device copies. */
+void bench_weights_free_device(bench_weights *w);
 
 /* The quantize and scaled_mm arguments of one layer call as the bench
  * makes it (bench_point.c): bf16 x (M x K) -> int8 q (M x K) with

@@ -89,21 +89,27 @@ int bench_weights_to_device(bench_weights *w, smm_context *ctx, int pack, char *
     }
     return 0;
 fail:
+    bench_weights_free_device(w);
+    return -1;
+}
+
+void bench_weights_free_device(bench_weights *w)
+{
+    int c;
     for (c = 0; w->dev_packed && c < w->dev_copies; c++)
         smm_packed_b_destroy(w->dev_packed[c]);
-    free(w->dev_packed);
-    w->dev_packed = NULL;
     for (c = 0; w->dev_b && c < w->dev_copies; c++)
-        smm_free(ctx, w->dev_b[c]);
+        smm_free(w->dev_ctx, w->dev_b[c]);
     for (c = 0; w->dev_scale_b && c < w->dev_copies; c++)
-        smm_free(ctx, w->dev_scale_b[c]);
+        smm_free(w->dev_ctx, w->dev_scale_b[c]);
+    free(w->dev_packed);
     free(w->dev_b);
     free(w->dev_scale_b);
+    w->dev_packed = NULL;
     w->dev_b = NULL;
     w->dev_scale_b = NULL;
     w->dev_copies = 0;
     w->dev_ctx = NULL;
-    return -1;
 }
 
 /* Device buffers of one point. */

@@ -26,15 +26,7 @@ void bench_weights_free(bench_weights *w)
     for (i = 0; w->packed && i < w->copies; i++)
         smm_packed_b_destroy(w->packed[i]);
     free(w->packed);
-    for (i = 0; w->dev_packed && i < w->dev_copies; i++)
-        smm_packed_b_destroy(w->dev_packed[i]);
-    free(w->dev_packed);
-    for (i = 0; w->dev_b && i < w->dev_copies; i++)
-        smm_free(w->dev_ctx, w->dev_b[i]);
-    for (i = 0; w->dev_scale_b && i < w->dev_copies; i++)
-        smm_free(w->dev_ctx, w->dev_scale_b[i]);
-    free(w->dev_b);
-    free(w->dev_scale_b);
+    bench_weights_free_device(w);
     for (i = 0; w->b && i < w->copies; i++)
         free(w->b[i]);
     for (i = 0; w->scale_b && i < w->copies; i++)
