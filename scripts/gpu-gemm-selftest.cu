@@ -668,16 +668,17 @@ static void run_tests(void)
  * int32 rows read as int8 rows of 4 N1 bytes. The first lets its successor
  * launch right after its own wait (griddepcontrol.launch_dependents), and
  * the second loads its B before its wait; it must still read all of the
- * first's output, never the poison under it. Host oracle: wrapping int32
- * sums of the same bytes. (On an H200 a build with the B-static kernel's
- * wait deleted still passed these cases, the second kernel evidently not
- * reaching its loads of A before the first had finished, while it failed
- * 18 of the late-A cases above; they stay as a check of chained results.) */
+ * first's output, never the poison under it. Host oracle: ref_element on
+ * the same bytes (int32 out: the wrapping sums). (On an H200 a build with
+ * the B-static kernel's wait deleted still passed these cases, the second
+ * kernel evidently not reaching its loads of A before the first had
+ * finished, while it failed 18 of the late-A cases above; they stay as a
+ * check of chained results.) */
 static void run_chain_case(void)
 {
     const int64_t m = rnd(1, 32), n1 = 4 * rnd(1, 512), k1 = rnd(1, 8192), n2 = rnd(1, 1500);
     const int64_t lda1 = (k1 + 15) / 16 * 16, k2 = 4 * n1; /* A2 rows: 16-byte multiples */
-    std::vector<int8_t> a1((size_t)(m * lda1)), b1((size_t)(n1 * k1)), b2((size_t)(n2 * k2));
+    host_problem p1, p2; /* int32 out: ref_element gives the sums (no column sums) */
     std::vector<int32_t> c1((size_t)(m * n1)), c2((size_t)(m * n2));
     std::vector<int32_t> got1(c1.size()), got2(c2.size());
     int8_t *da1, *db1, *db2;
@@ -685,35 +686,34 @@ static void run_chain_case(void)
     cudaStream_t st;
     long bad = 0;
 
-    for (auto &v : a1) v = (int8_t)rnd(-128, 127);
-    for (auto &v : b1) v = (int8_t)rnd(-128, 127);
-    for (auto &v : b2) v = (int8_t)rnd(-128, 127);
+    p1.m = p2.m = m;
+    p1.n = n1; p1.k = k1; p1.lda = lda1; p1.ldb = k1; p1.ldc = n1;
+    p2.n = n2; p2.k = k2; p2.lda = k2; p2.ldb = k2; p2.ldc = n2;
+    p1.has_bias = p1.has_azp = p2.has_bias = p2.has_azp = 0;
+    p1.dtype = p2.dtype = SMM_DTYPE_I32;
+    p1.a.resize((size_t)(m * lda1));
+    p1.b.resize((size_t)(n1 * k1));
+    p2.b.resize((size_t)(n2 * k2));
+    for (auto &v : p1.a) v = (int8_t)rnd(-128, 127);
+    for (auto &v : p1.b) v = (int8_t)rnd(-128, 127);
+    for (auto &v : p2.b) v = (int8_t)rnd(-128, 127);
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n1; j++) {
-            uint32_t acc = 0;
-            for (int64_t kk = 0; kk < k1; kk++)
-                acc += (uint32_t)((int32_t)a1[(size_t)(i * lda1 + kk)] *
-                                  (int32_t)b1[(size_t)(j * k1 + kk)]);
-            c1[(size_t)(i * n1 + j)] = (int32_t)acc;
-        }
-    const int8_t *a2 = (const int8_t *)c1.data();
+        for (int64_t j = 0; j < n1; j++)
+            c1[(size_t)(i * n1 + j)] = (int32_t)ref_element(p1, i, j, 0, 1);
+    p2.a.resize(c1.size() * 4);
+    memcpy(p2.a.data(), c1.data(), p2.a.size());
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n2; j++) {
-            uint32_t acc = 0;
-            for (int64_t kk = 0; kk < k2; kk++)
-                acc += (uint32_t)((int32_t)a2[(size_t)(i * k2 + kk)] *
-                                  (int32_t)b2[(size_t)(j * k2 + kk)]);
-            c2[(size_t)(i * n2 + j)] = (int32_t)acc;
-        }
+        for (int64_t j = 0; j < n2; j++)
+            c2[(size_t)(i * n2 + j)] = (int32_t)ref_element(p2, i, j, 0, 1);
 
-    CK(cudaMalloc((void **)&da1, a1.size()));
-    CK(cudaMalloc((void **)&db1, b1.size()));
-    CK(cudaMalloc((void **)&db2, b2.size()));
+    CK(cudaMalloc((void **)&da1, p1.a.size()));
+    CK(cudaMalloc((void **)&db1, p1.b.size()));
+    CK(cudaMalloc((void **)&db2, p2.b.size()));
     CK(cudaMalloc((void **)&dc1, c1.size() * 4));
     CK(cudaMalloc((void **)&dc2, c2.size() * 4));
-    CK(cudaMemcpy(da1, a1.data(), a1.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db1, b1.data(), b1.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db2, b2.data(), b2.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da1, p1.a.data(), p1.a.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db1, p1.b.data(), p1.b.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db2, p2.b.data(), p2.b.size(), cudaMemcpyHostToDevice));
     CK(cudaMemset(dc1, 0xA5, c1.size() * 4));
     CK(cudaMemset(dc2, 0xA5, c2.size() * 4));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
