@@ -55,7 +55,9 @@
  *   - on the decode path (M <= 33, 16-byte aligned rows), each decode
  *     kernel with random forced row groups, clusters and stage counts;
  *   - B static (as a packed B is: the decode kernel then reads it before
- *     its wait) in random cases, A alone written late in some of those,
+ *     its wait, into registers or, in its shared-memory form, chosen or
+ *     forced at random, into shared memory, and lets the next launch
+ *     start at once) in random cases, A alone written late in some of those,
  *     and two decode GEMMs chained on one stream, the second reading the
  *     first's output.
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
@@ -466,13 +468,13 @@ static void run_case(const case_opts &o)
         fprintf(stderr,
                 "FAIL m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld a_off=%d b_off=%d %s "
                 "sa=%s sb=%s bias=%d azp=%d%s extreme=%d late=%d bstatic=%d decode kind=%d "
-                "g=%d s=%d stages=%d: %ld bad\n",
+                "g=%d s=%d stages=%d pre=%d: %ld bad\n",
                 (long long)m, (long long)n, (long long)k, (long long)o.lda, (long long)o.ldb,
                 (long long)o.ldc, o.a_off, o.b_off, dtype_name(o.dtype),
                 o.sa_per_row ? "row" : "tensor", o.sb_per_col ? "col" : "tensor", o.has_bias,
                 o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, o.late_inputs, o.b_static,
                 smm_decode_force_kind, smm_decode_force_g, smm_decode_force_s,
-                smm_decode_force_stages, bad);
+                smm_decode_force_stages, smm_decode_force_pre, bad);
     }
     cudaFree(da);
     cudaFree(db);
@@ -553,6 +555,7 @@ static void run_tests(void)
             smm_decode_force_s = gs[rnd(0, 3)];
             smm_decode_force_kind = rnd(0, 2);
             smm_decode_force_stages = stg[rnd(0, 3)];
+            smm_decode_force_pre = (int)rnd(0, 2) - 1;
             run_case(o);
         }
         /* Layer shapes with the launcher's own choice and each decode
@@ -560,6 +563,7 @@ static void run_tests(void)
         const int64_t big[5][3] = {{32, 4096, 14336}, {17, 6144, 4096}, {1, 28672, 4096},
                                    {9, 4096, 4096}, {24, 28672, 4096}};
         smm_decode_force_g = smm_decode_force_s = smm_decode_force_stages = 0;
+        smm_decode_force_pre = 0;
         for (int kind = 0; kind < 3; kind++)
             for (int a = 0; a < 5; a++) {
                 case_opts o = random_opts(big[a][0], big[a][1], big[a][2]);
@@ -590,9 +594,10 @@ static void run_tests(void)
             smm_decode_force_s = gs[rnd(0, 3)];
             smm_decode_force_kind = rnd(0, 2);
             smm_decode_force_stages = stg[rnd(0, 3)];
+            smm_decode_force_pre = (int)rnd(0, 2) - 1;
             run_case(o);
         }
-        smm_decode_force_g = smm_decode_force_s = 0;
+        smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
         smm_decode_force_kind = smm_decode_force_stages = 0;
     }
 
@@ -999,7 +1004,9 @@ __global__ void empty_kernel(void)
 /* What a sweep column launches: the library's decode launcher (forced row
  * groups g, cluster blocks s; 0, 0: its own choice), parts_kernel in its
  * three forms, or empty_kernel (all with N / 16 blocks of 256 threads). */
-enum sweep_kind { SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY, SW_DTMA, SW_STATIC };
+enum sweep_kind {
+    SW_DECODE, SW_READ, SW_TOKENS, SW_MMA, SW_EMPTY, SW_DTMA, SW_STATIC, SW_STATIC_R, SW_STATIC_S
+};
 
 static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *b,
                               const int8_t *a, int64_t n, int64_t k, int32_t *sink,
@@ -1026,7 +1033,9 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
 }
 
 /* --decode-sweep: weight GB/s of the launcher's choice (0,0) and of the
- * same with B static, as a packed B is (0,0p), of every decode row-group /
+ * same with B static, as a packed B is (0,0p; 0,0r without the decode
+ * kernel's shared-memory form, 0,0s with it wherever it exists:
+ * smm_decode_force_pre), of every decode row-group /
  * cluster choice (smm_decode_force_g / _s; columns g,s, and g,sp with B
  * static) and of the tensor-copy decode
  * kernel's stage counts and clusters (smm_decode_force_stages / _s;
@@ -1038,8 +1047,9 @@ static void run_decode_sweep(void)
 {
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 16, 32};
-    enum { NCFG = 24 };
+    enum { NCFG = 26 };
     const int cfg[NCFG][3] = {{SW_DECODE, 0, 0}, {SW_STATIC, 0, 0},
+                              {SW_STATIC_R, 0, 0}, {SW_STATIC_S, 0, 0},
                               {SW_DECODE, 1, 1}, {SW_DECODE, 2, 1},
                               {SW_DECODE, 1, 2}, {SW_DECODE, 2, 2}, {SW_DECODE, 2, 4},
                               {SW_STATIC, 1, 1}, {SW_STATIC, 2, 1}, {SW_STATIC, 1, 2},
@@ -1072,7 +1082,8 @@ static void run_decode_sweep(void)
     CK(cudaDeviceSynchronize());
     printf("decode sweep, weight GB/s (bf16 out); columns g,s: the mma.sync decode kernel's "
            "row groups and cluster blocks (0,0 = the launcher's choice of kernel and "
-           "variant; g,sp = the same with B static, as a packed B); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
+           "variant; g,sp = the same with B static, as a packed B; 0,0r and 0,0s: the launcher's "
+           "choice with B static, without and with the shared-memory form); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
            "(0: its launcher's choice); rd, rdx, rdxm: the one-group variant's weight reads "
            "alone, with its token loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
@@ -1082,6 +1093,8 @@ static void run_decode_sweep(void)
             snprintf(name, sizeof name, "%d,%d", cfg[ci][1], cfg[ci][2]);
         else if (cfg[ci][0] == SW_STATIC)
             snprintf(name, sizeof name, "%d,%dp", cfg[ci][1], cfg[ci][2]);
+        else if (cfg[ci][0] == SW_STATIC_R || cfg[ci][0] == SW_STATIC_S)
+            snprintf(name, sizeof name, "0,0%c", cfg[ci][0] == SW_STATIC_R ? 'r' : 's');
         else if (cfg[ci][0] == SW_DTMA)
             snprintf(name, sizeof name, "t%d,%d", cfg[ci][1], cfg[ci][2]);
         else
@@ -1102,7 +1115,9 @@ static void run_decode_sweep(void)
                 std::vector<double> t;
                 cudaGraph_t graph;
                 cudaGraphExec_t exec;
-                const int kind = cfg[ci][0];
+                const int kind0 = cfg[ci][0];
+                const int kind =
+                    kind0 == SW_STATIC_R || kind0 == SW_STATIC_S ? SW_STATIC : kind0;
                 const unsigned nblk = (unsigned)((n + 15) / 16);
                 if ((kind == SW_READ || kind == SW_EMPTY) && mi > 0) {
                     printf("  %6s", "-"); /* the same at every M */
@@ -1115,6 +1130,7 @@ static void run_decode_sweep(void)
                 smm_decode_force_g = kind == SW_DTMA ? 0 : cfg[ci][1];
                 smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
+                smm_decode_force_pre = kind0 == SW_STATIC_R ? -1 : kind0 == SW_STATIC_S ? 1 : 0;
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
                 if (kind == SW_DECODE || kind == SW_DTMA || kind == SW_STATIC)
                     CK(smm_gpu_launch_mm(&q, kind == SW_STATIC, st));
@@ -1154,7 +1170,7 @@ static void run_decode_sweep(void)
             }
             printf("\n");
         }
-    smm_decode_force_g = smm_decode_force_s = 0;
+    smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
     smm_decode_force_kind = smm_decode_force_stages = 0;
     cudaStreamDestroy(st);
     cudaFree(a);

@@ -140,7 +140,11 @@ struct smm_mm_dims {
     const int8_t *b;
     int64_t m, n, k, lda, ldb;
     int pdl; /* decode kernel: launched with programmatic stream serialization */
-    int b_static; /* decode kernel: B is a packed B, which no kernel writes */
+    /* Decode kernel: B is a packed B, which no kernel writes; and with it,
+     * the chunk steps per warp copied into shared memory before the wait
+     * (0: the first U steps into registers). Two 16-bit fields where one
+     * int was: the kernels' parameter block keeps its size. */
+    int16_t b_static, pre;
 };
 
 __global__ void __launch_bounds__(256)
@@ -488,6 +492,11 @@ SMM_DEV uint4 smm_ld_cached16(const int8_t *p)
 }
 
 #define SMM_DEC_WARPS 8
+/* The decode kernel's shared-memory form (BS 2, one row group): bytes per
+ * chunk step of a block's warps, and at most 9 steps (72 KiB: three blocks
+ * fit an SM). */
+#define SMM_DEC_PRE_STEP (2 * 512 * SMM_DEC_WARPS)
+#define SMM_DEC_PRE_MAX 9
 
 /* Loads in flight per thread and K step: enough 16-byte loads to cover the
  * memory latency, within about 96 registers of loaded data (two steps for
@@ -506,6 +515,15 @@ template <int TG, int G> struct smm_dec_unroll {
 template <int TG, int G> struct smm_dec_minblocks {
     static const int v = G == 4 ? 1 : (TG == 1 && G == 1 ? 3 : 2);
 };
+
+/* Waits for this thread's cp.async copies; a compiler barrier for the
+ * shared-memory reads after it. */
+SMM_DEV void smm_cp_async_wait_all()
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
 
 SMM_DEV unsigned smm_cluster_rank()
 {
@@ -559,14 +577,16 @@ SMM_DEV int32_t *smm_cluster_map(int32_t *p, unsigned rank)
  * memory (in block 0's through distributed shared memory), which is exact
  * in any order modulo 2^32, and block 0 finishes the elements. Rows past N
  * or M are clamped to the last row (read, never stored). Needs 16-byte
- * aligned rows of A and B. BSTATIC: B is a packed B (below).
+ * aligned rows of A and B. BS: 0, B may be written by the kernel ahead in
+ * the stream; 1 or 2, B is a packed B (below).
  */
-template <int TG, int G, int S, bool BSTATIC>
+template <int TG, int G, int S, int BS>
 __global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>::v))
 smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
 {
 #if defined(SMM_HAVE_MMA)
     const int U = smm_dec_unroll<TG, G>::v;
+    const bool BSTATIC = BS != 0;
     const int NR = G * TG * 4 * 32; /* accumulator words of the block tile */
     __shared__ int32_t red[NR + G * 16];
     int32_t *const csred = red + NR; /* column sums: [G][16] */
@@ -576,11 +596,15 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     const int64_t n0 = (int64_t)(blockIdx.x / S) * 16 * G;
     const bool azp = e.azp != NULL;
 
-    /* BSTATIC (d.b_static): B is a packed B, complete before smm_pack_b
+    /* BS 1 and 2 (d.b_static): B is a packed B, complete before smm_pack_b
      * returned and never written by a kernel, so the kernel ahead in the
-     * stream cannot be writing it: the first U steps of weights are loaded
-     * before the wait below, and the shared sums zeroed, while that kernel
-     * may still be running. */
+     * stream cannot be writing it: some weights are read before the wait
+     * below, and the shared sums zeroed, while that kernel may still be
+     * running. BS 1: the warp's first U steps, into registers. BS 2: its
+     * first d.pre steps, copied into shared memory with cp.async (which
+     * holds no registers); the launcher takes it when the grid leaves an
+     * SM room for a block of the next launch, which this kernel lets start
+     * at once (below). */
     /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
     auto wrow = [&](int j, int h) {
         return d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
@@ -590,7 +614,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * those changed the plain kernel's code (it spilled). */
     uint4 u0[U][G][2];
     const bool have_u =
-        BSTATIC && (int64_t)rank * SMM_DEC_WARPS + warp + (U - 1) * S * SMM_DEC_WARPS < d.k / 64;
+        BS == 1 && (int64_t)rank * SMM_DEC_WARPS + warp + (U - 1) * S * SMM_DEC_WARPS < d.k / 64;
     if (have_u) {
         const int64_t c0 = (int64_t)rank * SMM_DEC_WARPS + warp;
 #pragma unroll
@@ -601,6 +625,28 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
                 for (int h = 0; h < 2; h++)
                     u0[s][j][h] =
                         smm_ld_stream16(wrow(j, h) + (c0 + s * S * SMM_DEC_WARPS) * 64);
+    }
+    /* BS 2: [warp][step][j][h][lane]; each lane reads back only the
+     * 16-byte pieces it copied itself. */
+    extern __shared__ uint4 smm_dec_pre[];
+    int npre = 0;
+    if (BS == 2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+        const int64_t c0 = (int64_t)rank * SMM_DEC_WARPS + warp;
+        const int64_t nch =
+            c0 < d.k / 64 ? (d.k / 64 - 1 - c0) / (S * SMM_DEC_WARPS) + 1 : 0;
+        uint4 *const pw = smm_dec_pre + (size_t)warp * d.pre * G * 2 * 32 + lane;
+        npre = (int)min((int64_t)d.pre, nch);
+        for (int s = 0; s < npre; s++)
+#pragma unroll
+            for (int j = 0; j < G; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    smm_cp_async16(smm_smem_addr(pw + ((s * G + j) * 2 + h) * 32),
+                                   wrow(j, h) + (c0 + s * S * SMM_DEC_WARPS) * 64, 16);
+        smm_cp_async_commit();
     }
     if (BSTATIC)
         for (int i = tid; i < NR + G * 16; i += SMM_DEC_WARPS * 32)
@@ -617,8 +663,9 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * too was launched programmatically): its blocks take SM slots as this
      * kernel's blocks exit and, if it is a decode kernel with B static,
      * load their first weights while this one finishes; it still waits for
-     * this grid to complete before it reads anything this grid writes. */
-    if (BSTATIC)
+     * this grid to complete before it reads anything this grid writes.
+     * (BS 2 did this at its start.) */
+    if (BS == 1)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
     if (!BSTATIC)
@@ -689,6 +736,43 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         for (int s = 0; s < U; s++)
             consume(u0[s], xs[s]);
         c += U * CS;
+    }
+    if (BS == 2) {
+        /* The steps in shared memory, U at a time (their tokens loaded
+         * together), then the rest as below. */
+        const uint4 *const pw = smm_dec_pre + (size_t)warp * d.pre * G * 2 * 32 + lane;
+        auto wsm = [&](int s, uint4 (&u)[G][2]) {
+#pragma unroll
+            for (int j = 0; j < G; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    u[j][h] = pw[((s * G + j) * 2 + h) * 32];
+        };
+        smm_cp_async_wait_all();
+        int s = 0;
+        for (; s + U <= npre; s += U) {
+            uint4 xs[U][TG];
+#pragma unroll
+            for (int ss = 0; ss < U; ss++)
+#pragma unroll
+                for (int t = 0; t < TG; t++)
+                    xs[ss][t] = smm_ld_cached16(x[t] + (c + ss * CS) * 64);
+#pragma unroll
+            for (int ss = 0; ss < U; ss++) {
+                uint4 u[G][2];
+                wsm(s + ss, u);
+                consume(u, xs[ss]);
+            }
+            c += U * CS;
+        }
+        for (; s < npre; s++, c += CS) {
+            uint4 u[G][2], xs[TG];
+#pragma unroll
+            for (int t = 0; t < TG; t++)
+                xs[t] = smm_ld_cached16(x[t] + c * 64);
+            wsm(s, u);
+            consume(u, xs);
+        }
     }
     for (; c + (U - 1) * CS < full; c += U * CS) {
         uint4 u[U][G][2], xs[U][TG];
@@ -2009,6 +2093,10 @@ static int smm_decode_force_g = 0, smm_decode_force_s = 0;
  * smm_decode_force_stages forces the latter's stage count (2 to 16). */
 static int smm_decode_force_kind = 0, smm_decode_force_stages = 0;
 
+/* Also the self-test's: 1 takes the decode kernel's shared-memory form
+ * (B static) wherever it exists, -1 never, 0 leaves it to the launcher. */
+static int smm_decode_force_pre = 0;
+
 /* Launches of the tensor-copy decode kernel so far (the self-test checks
  * that a forced one ran). */
 static unsigned long smm_decode_tma_launches = 0;
@@ -2039,8 +2127,27 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
 
     if (nb * S > INT32_MAX)
         return gpuErrorInvalidValue;
-    auto kern = d.b_static ? smm_decode_kernel<TG, G, S, true>
-                           : smm_decode_kernel<TG, G, S, false>;
+    auto kern = d.b_static ? smm_decode_kernel<TG, G, S, 1> : smm_decode_kernel<TG, G, S, 0>;
+    int smem = 0;
+    if constexpr (TG == 1 && G == 1 && S == 1) {
+        /* The shared-memory form, where smm_launch_decode chose it; the
+         * largest size it can ask for is allowed once per device. */
+        static bool attr_set[64];
+        int dev = 0;
+        if (d.b_static && d.pre > 0) {
+            kern = smm_decode_kernel<TG, G, S, 2>;
+            smem = d.pre * SMM_DEC_PRE_STEP;
+            if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+                dev = 0;
+            if (!attr_set[dev]) {
+                gpuError_t err =
+                    gpuFuncSetMaxDynamicSharedMemory(kern, SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP);
+                if (err != gpuSuccess)
+                    return err;
+                attr_set[dev] = true;
+            }
+        }
+    }
     if (S == 1 && d.pdl == 0) {
         kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, 0, stream>>>(d, e);
         return gpuGetLastError();
@@ -2052,7 +2159,7 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         memset(at, 0, sizeof at);
         cfg.gridDim = dim3((unsigned)(nb * S), 1, 1);
         cfg.blockDim = dim3(SMM_DEC_WARPS * 32, 1, 1);
-        cfg.dynamicSmemBytes = 0;
+        cfg.dynamicSmemBytes = (size_t)smem;
         cfg.stream = stream;
         at[0].id = cudaLaunchAttributeClusterDimension;
         at[0].val.clusterDim.x = S;
@@ -2112,7 +2219,7 @@ static bool smm_decode_have_cluster(int cc)
     if (have[dev] == 0) {
         cudaFuncAttributes attr;
         have[dev] =
-            cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2, false>) == cudaSuccess &&
+            cudaFuncGetAttributes(&attr, smm_decode_kernel<1, 1, 2, 0>) == cudaSuccess &&
                     attr.binaryVersion >= 90 && attr.ptxVersion >= 90
                 ? 1
                 : -1;
@@ -2284,6 +2391,23 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         s = smm_decode_force_s;
     if (!sm90)
         s = 1;
+    /* The shared-memory form of the decode kernel with B static (BS 2):
+     * one token group, one row group, no cluster, and a grid that leaves
+     * every SM room for a block of the next launch (at most two of the
+     * three blocks an SM holds): the next launch, let start at once, then
+     * copies its weights while this one computes. Measured on an H200
+     * (graph of back-to-back launches, weights rotating over 256 MiB, two
+     * sweeps each): o (N = K = 4096, 256 blocks), M = 1, 2853-2890 ->
+     * 3187-3203 GB/s; forced where the grid fills the SMs, 5% slower
+     * (qkv, N = 6144, M = 1: 3529 -> 3369; gate_up 3900 -> 3704); with
+     * more token groups (M > 8, three blocks per SM, registers spilled)
+     * 20-50% slower (o M = 16 2588 -> 2032, M = 32 2003 -> 1018). */
+    d.pre = 0;
+    if (d.b_static && tg == 1 && g == 1 && s == 1 && smm_decode_force_pre >= 0 &&
+        ((d.n + 15) / 16 <= 2 * (int64_t)sms || smm_decode_force_pre > 0)) {
+        const int64_t nch = (d.k / 64 + SMM_DEC_WARPS - 1) / SMM_DEC_WARPS;
+        d.pre = (int16_t)(nch < SMM_DEC_PRE_MAX ? nch : SMM_DEC_PRE_MAX);
+    }
     /* The tensor-copy kernel reads the tokens a quarter as often per
      * weight byte at M > 16 (64 rows per block against 32); measured on
      * an H200 it was faster only with at least three blocks per SM and no
@@ -2324,6 +2448,7 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
     d.ldb = p->ldb;
     d.pdl = 0;
     d.b_static = b_static;
+    d.pre = 0;
 
     e.c = p->c;
     e.ldc = p->ldc;
