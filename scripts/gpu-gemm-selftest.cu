@@ -77,6 +77,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -599,6 +600,21 @@ static void run_tests(void)
         }
         smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
         smm_decode_force_kind = smm_decode_force_stages = 0;
+        /* The decode kernel's shared-memory form (M <= 8, B static): it
+         * lets the next launch start at once, so a missing wait in it shows
+         * only here, with A written late. */
+        for (it = 0; it < 24; it++) {
+            const int64_t m = rnd(1, 8), n = rnd(1, 3000), k = rnd(64, 8192);
+            case_opts o = random_opts(m, n, k);
+            o.a_off = o.b_off = 0;
+            o.lda = (k + 15) / 16 * 16;
+            o.ldb = (k + 15) / 16 * 16;
+            o.late_inputs = 1;
+            o.b_static = 1;
+            smm_decode_force_pre = 1;
+            run_case(o);
+        }
+        smm_decode_force_pre = 0;
     }
 
     fprintf(stderr, "tile tails\n");
@@ -1209,6 +1225,73 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k)
     cudaFree(c);
 }
 
+/* --launch-cost: the host's cost of queueing decode launches on a stream
+ * (B static, weights rotating over more than 256 MiB, as the library's
+ * bench runs them): microseconds per launch for queueing 2000 launches,
+ * and per launch until the stream is done; median of 5 runs. When the
+ * two are about equal the launches are host-bound: the GPU waits for the
+ * host, and what the GPU could overlap between launches it cannot. */
+static void run_launch_cost(void)
+{
+    const int64_t shapes[2][2] = {{4096, 4096}, {6144, 4096}}, ms[] = {1, 16, 32};
+    const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
+    const int launches = 2000;
+    int8_t *a, *b;
+    float *sa, *sb;
+    void *c;
+    cudaStream_t st;
+
+    CK(cudaMalloc((void **)&a, (size_t)(32 * 4096)));
+    CK(cudaMalloc((void **)&b, (size_t)max_b));
+    CK(cudaMalloc((void **)&sa, 32 * 4));
+    CK(cudaMalloc((void **)&sb, 6144 * 4));
+    CK(cudaMalloc(&c, (size_t)32 * 6144 * 2));
+    fill_i8<<<1024, 256>>>(a, 32 * 4096, 1u);
+    fill_i8<<<1024, 256>>>(b, max_b, 2u);
+    fill_f32<<<64, 256>>>(sa, 32, 0.01f);
+    fill_f32<<<64, 256>>>(sb, 6144, 0.002f);
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaDeviceSynchronize());
+    printf("launch cost, us per launch (queue: the host's loop of %d launches; total: until "
+           "the stream is done), B static, median of 5\n%-3s %-6s %-6s %9s %9s %9s %9s\n",
+           launches, "M", "N", "K", "queue", "total", "queue_r", "total_r");
+    for (int si = 0; si < 2; si++)
+        for (int mi = 0; mi < 3; mi++) {
+            const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
+            const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
+            printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
+            for (int pre = 0; pre < 2; pre++) {
+                std::vector<double> tq, tt;
+                smm_decode_force_pre = pre ? -1 : 0; /* _r: the register form */
+                for (int r = 0; r < 6; r++) {
+                    smm_mm_problem q = decode_problem(m, n, k, a, b, sa, sb, c);
+                    const auto t0 = std::chrono::steady_clock::now();
+                    for (int l = 0; l < launches; l++) {
+                        q.b = b + (int64_t)(l % copies) * wb;
+                        CK(smm_gpu_launch_mm(&q, true, st));
+                    }
+                    const auto t1 = std::chrono::steady_clock::now();
+                    CK(cudaStreamSynchronize(st));
+                    const auto t2 = std::chrono::steady_clock::now();
+                    if (r == 0)
+                        continue; /* warm-up */
+                    tq.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
+                    tt.push_back(std::chrono::duration<double>(t2 - t0).count() / launches);
+                }
+                printf(" %9.2f %9.2f", median(tq) * 1e6, median(tt) * 1e6);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    smm_decode_force_pre = 0;
+    cudaStreamDestroy(st);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(sa);
+    cudaFree(sb);
+    cudaFree(c);
+}
+
 int main(int argc, char **argv)
 {
     int bench = 1, tests = 1, sweep = 0;
@@ -1222,12 +1305,16 @@ int main(int argc, char **argv)
             tests = 0;
         else if (!strcmp(argv[i], "--decode-sweep"))
             sweep = 1, tests = 0, bench = 0;
+        else if (!strcmp(argv[i], "--launch-cost")) {
+            run_launch_cost();
+            return 0;
+        }
         else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
             run_decode_one(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]));
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
-                            "--decode-one M N K]\n", argv[0]);
+                            "--launch-cost | --decode-one M N K]\n", argv[0]);
             return 2;
         }
     }
