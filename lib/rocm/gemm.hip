@@ -48,7 +48,10 @@
  *                    with programmatic dependent launch and waits for the
  *                    previous kernel in its first instruction; with a
  *                    packed B (K <= 8192) it first loads its first weights,
- *                    and lets the next kernel launch right after its wait.
+ *                    and lets the next kernel launch right after its wait
+ *                    (at M <= 8 with SM room for another block: it lets
+ *                    the next launch start at once and first copies up to
+ *                    72 KiB of its weights into shared memory).
  *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
  *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
  *                    warp fills shared-memory stages with tensor copies of
