@@ -525,7 +525,7 @@ static case_opts random_opts(int64_t m, int64_t n, int64_t k)
     return o;
 }
 
-static void run_chain_case(void);
+static void run_chain_case(int pre_first);
 
 static void run_tests(void)
 {
@@ -600,9 +600,15 @@ static void run_tests(void)
         }
         smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
         smm_decode_force_kind = smm_decode_force_stages = 0;
-        /* The decode kernel's shared-memory form (M <= 8, B static): it
-         * lets the next launch start at once, so a missing wait in it shows
-         * only here, with A written late. */
+        /* The decode kernel's shared-memory form (M <= 8, B static, one
+         * row group, no cluster), forced: the random cases above reach it
+         * about once, and a missing wait in it shows only in a late-A case
+         * (the writer lets the GEMM launch early). Where the form can run
+         * (sm_90+, programmatic launches on, its shared memory fits), each
+         * of these must have run it. */
+        const unsigned long pre0 = smm_decode_pre_launches;
+        int cc = 0, sms = 0;
+        smm_device_info(&cc, &sms);
         for (it = 0; it < 24; it++) {
             const int64_t m = rnd(1, 8), n = rnd(1, 3000), k = rnd(64, 8192);
             case_opts o = random_opts(m, n, k);
@@ -615,6 +621,12 @@ static void run_tests(void)
             run_case(o);
         }
         smm_decode_force_pre = 0;
+        if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() && smm_decode_pre_fit() >= 1 &&
+            smm_decode_pre_launches - pre0 != 24) {
+            g_failures++;
+            fprintf(stderr, "FAIL: %lu of 24 forced launches ran the decode kernel's "
+                            "shared-memory form\n", smm_decode_pre_launches - pre0);
+        }
     }
 
     fprintf(stderr, "tile tails\n");
@@ -681,23 +693,25 @@ static void run_tests(void)
     fprintf(stderr, "two decode GEMMs chained on one stream, B static, the second's A the "
                     "first's output\n");
     for (it = 0; it < 16; it++)
-        run_chain_case();
+        run_chain_case(it % 2);
 }
 
 /* Two decode GEMMs back to back on one stream, both with B static (as a
  * packed B is), int32 out: the second's A is the first's output, its
  * int32 rows read as int8 rows of 4 N1 bytes. The first lets its successor
- * launch right after its own wait (griddepcontrol.launch_dependents), and
- * the second loads its B before its wait; it must still read all of the
+ * launch right after its own wait (griddepcontrol.launch_dependents), or
+ * at once in the shared-memory form (pre_first: forced, M <= 8), and the
+ * second loads its B before its wait; it must still read all of the
  * first's output, never the poison under it. Host oracle: ref_element on
  * the same bytes (int32 out: the wrapping sums). (On an H200 a build with
  * the B-static kernel's wait deleted still passed these cases, the second
  * kernel evidently not reaching its loads of A before the first had
  * finished, while it failed 18 of the late-A cases above; they stay as a
  * check of chained results.) */
-static void run_chain_case(void)
+static void run_chain_case(int pre_first)
 {
-    const int64_t m = rnd(1, 32), n1 = 4 * rnd(1, 512), k1 = rnd(1, 8192), n2 = rnd(1, 1500);
+    const int64_t m = pre_first ? rnd(1, 8) : rnd(1, 32), n1 = 4 * rnd(1, 512);
+    const int64_t k1 = pre_first ? rnd(64, 8192) : rnd(1, 8192), n2 = rnd(1, 1500);
     const int64_t lda1 = (k1 + 15) / 16 * 16, k2 = 4 * n1; /* A2 rows: 16-byte multiples */
     host_problem p1, p2; /* int32 out: ref_element gives the sums (no column sums) */
     std::vector<int32_t> c1((size_t)(m * n1)), c2((size_t)(m * n2));
@@ -708,12 +722,12 @@ static void run_chain_case(void)
     long bad = 0;
 
     p1.m = p2.m = m;
-    p1.n = n1; p1.k = k1; p1.lda = lda1; p1.ldb = k1; p1.ldc = n1;
+    p1.n = n1; p1.k = k1; p1.lda = lda1; p1.ldb = lda1; p1.ldc = n1;
     p2.n = n2; p2.k = k2; p2.lda = k2; p2.ldb = k2; p2.ldc = n2;
     p1.has_bias = p1.has_azp = p2.has_bias = p2.has_azp = 0;
     p1.dtype = p2.dtype = SMM_DTYPE_I32;
     p1.a.resize((size_t)(m * lda1));
-    p1.b.resize((size_t)(n1 * k1));
+    p1.b.resize((size_t)(n1 * lda1));
     p2.b.resize((size_t)(n2 * k2));
     for (auto &v : p1.a) v = (int8_t)rnd(-128, 127);
     for (auto &v : p1.b) v = (int8_t)rnd(-128, 127);
@@ -743,16 +757,22 @@ static void run_chain_case(void)
         memset(&q, 0, sizeof q);
         q.m = m; q.n = n1; q.k = k1;
         q.a = da1; q.lda = lda1;
-        q.b = db1; q.ldb = k1;
+        q.b = db1; q.ldb = lda1;
         q.c = dc1; q.ldc = n1;
         q.c_dtype = SMM_DTYPE_I32;
         /* The first one slow (64 rows per block, no split of K: few
-         * blocks, each long), so that the second can launch while it runs. */
-        smm_decode_force_kind = 1;
-        smm_decode_force_g = 4;
-        smm_decode_force_s = 1;
+         * blocks, each long), so that the second can launch while it runs;
+         * or in the shared-memory form, which lets it launch at once. */
+        if (pre_first) {
+            smm_decode_force_pre = 1;
+        } else {
+            smm_decode_force_kind = 1;
+            smm_decode_force_g = 4;
+            smm_decode_force_s = 1;
+        }
         CK(smm_gpu_launch_mm(&q, true, st));
         smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
+        smm_decode_force_pre = 0;
         q.n = n2; q.k = k2;
         q.a = (const int8_t *)dc1; q.lda = k2;
         q.b = db2; q.ldb = k2;
@@ -769,8 +789,9 @@ static void run_chain_case(void)
     g_cases++;
     if (bad) {
         g_failures++;
-        fprintf(stderr, "FAIL chain m=%lld n1=%lld k1=%lld n2=%lld k2=%lld: %ld bad\n",
-                (long long)m, (long long)n1, (long long)k1, (long long)n2, (long long)k2, bad);
+        fprintf(stderr, "FAIL chain m=%lld n1=%lld k1=%lld n2=%lld k2=%lld pre=%d: %ld bad\n",
+                (long long)m, (long long)n1, (long long)k1, (long long)n2, (long long)k2,
+                pre_first, bad);
     }
     CK(cudaStreamDestroy(st));
     cudaFree(da1);
@@ -1146,7 +1167,11 @@ static void run_decode_sweep(void)
                 smm_decode_force_g = kind == SW_DTMA ? 0 : cfg[ci][1];
                 smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
-                smm_decode_force_pre = kind0 == SW_STATIC_R ? -1 : kind0 == SW_STATIC_S ? 1 : 0;
+                /* g,sp forced: the register form, as in sweeps before the
+                 * shared-memory form existed; 0,0p: the launcher's. */
+                smm_decode_force_pre = kind0 == SW_STATIC_R || (kind0 == SW_STATIC && cfg[ci][1])
+                                           ? -1
+                                           : kind0 == SW_STATIC_S ? 1 : 0;
                 q = decode_problem(m, n, k, a, b, sa, sb, c);
                 if (kind == SW_DECODE || kind == SW_DTMA || kind == SW_STATIC)
                     CK(smm_gpu_launch_mm(&q, kind == SW_STATIC, st));
@@ -1226,7 +1251,7 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k)
 }
 
 /* --launch-cost: the host's cost of queueing decode launches on a stream
- * (B static, weights rotating over more than 256 MiB, as the library's
+ * (B static, weights rotating over at least 256 MiB, as the library's
  * bench runs them): microseconds per launch for queueing 2000 launches,
  * and per launch until the stream is done; median of 5 runs. When the
  * two are about equal the launches are host-bound: the GPU waits for the
@@ -1308,8 +1333,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--launch-cost")) {
             run_launch_cost();
             return 0;
-        }
-        else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
+        } else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
             run_decode_one(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]));
             return 0;
         } else {

@@ -588,6 +588,8 @@ __global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>:
 smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
 {
 #if defined(SMM_HAVE_MMA)
+    static_assert(BS != 2 || (TG == 1 && G == 1 && S == 1),
+                  "the shared-memory form is sized for one row group (SMM_DEC_PRE_STEP)");
     const int U = smm_dec_unroll<TG, G>::v;
     const bool BSTATIC = BS != 0;
     const int NR = G * TG * 4 * 32; /* accumulator words of the block tile */
@@ -605,7 +607,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * below, and the shared sums zeroed, while that kernel may still be
      * running. BS 1: the warp's first U steps, into registers. BS 2: its
      * first d.pre steps, copied into shared memory with cp.async (which
-     * holds no registers); the launcher takes it when the grid leaves an
+     * holds no registers); the launcher takes it when the grid leaves each
      * SM room for a block of the next launch, which this kernel lets start
      * at once (below). */
     /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
@@ -2100,6 +2102,10 @@ static int smm_decode_force_kind = 0, smm_decode_force_stages = 0;
  * (B static) wherever it exists, -1 never, 0 leaves it to the launcher. */
 static int smm_decode_force_pre = 0;
 
+/* Launches of the decode kernel's shared-memory form so far (the
+ * self-test checks that forced ones ran). */
+static unsigned long smm_decode_pre_launches = 0;
+
 /* Launches of the tensor-copy decode kernel so far (the self-test checks
  * that a forced one ran). */
 static unsigned long smm_decode_tma_launches = 0;
@@ -2122,6 +2128,40 @@ static bool smm_decode_pdl_allowed(void)
     return smm_decode_pdl_env && !smm_decode_pdl_off;
 }
 
+/* The decode kernel's shared-memory form (BS 2) exists for one token
+ * group, one row group and no cluster only; kernel() is null elsewhere. */
+template <int TG, int G, int S> struct smm_dec_pre_form {
+    static void (*kernel())(smm_mm_dims, smm_epi_params) { return nullptr; }
+};
+template <> struct smm_dec_pre_form<1, 1, 1> {
+    static void (*kernel())(smm_mm_dims, smm_epi_params) { return smm_decode_kernel<1, 1, 1, 2>; }
+};
+
+/* Blocks of the shared-memory form that fit an SM at its largest size
+ * (SMM_DEC_PRE_MAX steps), read once per device; 0 when that size cannot
+ * be allowed. Allowing it here is what lets every launch of the form ask
+ * for up to that much shared memory. */
+static int smm_decode_pre_fit(void)
+{
+    static signed char cache[64]; /* per device: 0 not asked, else blocks + 1 */
+    int dev = 0;
+
+    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    if (cache[dev] == 0) {
+        const int bytes = SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP;
+        auto kern = smm_decode_kernel<1, 1, 1, 2>;
+        int blocks = 0;
+        if (gpuFuncSetMaxDynamicSharedMemory(kern, bytes) != gpuSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, SMM_DEC_WARPS * 32,
+                                                          (size_t)bytes) != cudaSuccess)
+            blocks = 0;
+        (void)gpuGetLastError();
+        cache[dev] = (signed char)(blocks > 100 ? 101 : blocks + 1);
+    }
+    return cache[dev] - 1;
+}
+
 template <int TG, int G, int S>
 static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_params &e,
                                         gpuStream_t stream)
@@ -2132,27 +2172,14 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         return gpuErrorInvalidValue;
     auto kern = d.b_static ? smm_decode_kernel<TG, G, S, 1> : smm_decode_kernel<TG, G, S, 0>;
     int smem = 0;
-    if constexpr (TG == 1 && G == 1 && S == 1) {
-        /* The shared-memory form, where smm_launch_decode chose it; the
-         * largest size it can ask for is allowed once per device. */
-        static bool attr_set[64];
-        int dev = 0;
-        if (d.b_static && d.pre > 0) {
-            kern = smm_decode_kernel<TG, G, S, 2>;
-            smem = d.pre * SMM_DEC_PRE_STEP;
-            if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-                dev = 0;
-            if (!attr_set[dev]) {
-                gpuError_t err =
-                    gpuFuncSetMaxDynamicSharedMemory(kern, SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP);
-                if (err != gpuSuccess)
-                    return err;
-                attr_set[dev] = true;
-            }
-        }
+    if (d.b_static && d.pre > 0 && smm_dec_pre_form<TG, G, S>::kernel()) {
+        /* The shared-memory form, where smm_launch_decode chose it (it
+         * allowed the largest size once per device: smm_decode_pre_fit). */
+        kern = smm_dec_pre_form<TG, G, S>::kernel();
+        smem = d.pre * SMM_DEC_PRE_STEP;
     }
     if (S == 1 && d.pdl == 0) {
-        kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, 0, stream>>>(d, e);
+        kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, (size_t)smem, stream>>>(d, e);
         return gpuGetLastError();
     }
     {
@@ -2184,6 +2211,8 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
                 err = gpuSuccess;
             }
         }
+        if (err == gpuSuccess && smem > 0)
+            smm_decode_pre_launches++;
         return err;
     }
 }
@@ -2397,19 +2426,24 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
     /* The shared-memory form of the decode kernel with B static (BS 2):
      * one token group, one row group, no cluster, and a grid that leaves
      * every SM room for a block of the next launch (at most two of the
-     * three blocks an SM holds): the next launch, let start at once, then
+     * three blocks an SM holds at its largest size, where three fit; on
+     * GPUs with less shared memory per SM, only when the self-test forces
+     * it): the next launch, let start at once, then
      * copies its weights while this one computes. Measured on an H200
      * (graph of back-to-back launches, weights rotating over 256 MiB, two
      * sweeps each): o (N = K = 4096, 256 blocks), M = 1, 2853-2890 ->
-     * 3187-3203 GB/s; forced where the grid fills the SMs, 5% slower
+     * 3187-3203 GB/s; forced where the grid fills the SMs, 4-5% slower
      * (qkv, N = 6144, M = 1: 3529 -> 3369; gate_up 3900 -> 3704); with
      * more token groups (M > 8, three blocks per SM, registers spilled)
      * 20-50% slower (o M = 16 2588 -> 2032, M = 32 2003 -> 1018). */
     d.pre = 0;
     if (d.b_static && tg == 1 && g == 1 && s == 1 && smm_decode_force_pre >= 0 &&
-        ((d.n + 15) / 16 <= 2 * (int64_t)sms || smm_decode_force_pre > 0)) {
+        d.k >= 64) {
+        const int fit = smm_decode_pre_fit();
         const int64_t nch = (d.k / 64 + SMM_DEC_WARPS - 1) / SMM_DEC_WARPS;
-        d.pre = (int16_t)(nch < SMM_DEC_PRE_MAX ? nch : SMM_DEC_PRE_MAX);
+        if (fit >= 1 && (smm_decode_force_pre > 0 ||
+                         (fit >= 3 && (d.n + 15) / 16 <= 2 * (int64_t)sms)))
+            d.pre = (int16_t)(nch < SMM_DEC_PRE_MAX ? nch : SMM_DEC_PRE_MAX);
     }
     /* The tensor-copy kernel reads the tokens a quarter as often per
      * weight byte at M > 16 (64 rows per block against 32); measured on
