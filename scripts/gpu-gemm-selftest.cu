@@ -824,6 +824,40 @@ __global__ void fill_f32(float *p, int64_t count, float base)
         p[i] = base * (1.0f + (float)(i % 97) / 97.0f);
 }
 
+/* Device buffers of the timings: M x K tokens, B_BYTES of weights
+ * (rotating copies), per-token and per-channel scales, an M x N output of
+ * 4-byte elements; filled with fixed values. */
+struct decode_bufs {
+    int8_t *a, *b;
+    float *sa, *sb;
+    void *c;
+};
+
+static decode_bufs decode_bufs_alloc(int64_t m, int64_t n, int64_t k, int64_t b_bytes)
+{
+    decode_bufs d;
+    CK(cudaMalloc((void **)&d.a, (size_t)(m * k)));
+    CK(cudaMalloc((void **)&d.b, (size_t)b_bytes));
+    CK(cudaMalloc((void **)&d.sa, (size_t)m * 4));
+    CK(cudaMalloc((void **)&d.sb, (size_t)n * 4));
+    CK(cudaMalloc(&d.c, (size_t)(m * n * 4)));
+    fill_i8<<<1024, 256>>>(d.a, m * k, 1u);
+    fill_i8<<<1024, 256>>>(d.b, b_bytes, 2u);
+    fill_f32<<<64, 256>>>(d.sa, m, 0.01f);
+    fill_f32<<<64, 256>>>(d.sb, n, 0.002f);
+    CK(cudaDeviceSynchronize());
+    return d;
+}
+
+static void decode_bufs_free(decode_bufs &d)
+{
+    cudaFree(d.a);
+    cudaFree(d.b);
+    cudaFree(d.sa);
+    cudaFree(d.sb);
+    cudaFree(d.c);
+}
+
 static double median(std::vector<double> v)
 {
     std::sort(v.begin(), v.end());
@@ -839,9 +873,6 @@ static void run_bench(void)
      * the 50-60 MB L2), so every launch reads its B from device memory. */
     const int64_t rot_bytes = (int64_t)256 << 20;
     const int64_t max_b = (int64_t)384 << 20;
-    int8_t *a, *b;
-    float *sa, *sb;
-    void *c;
     cudaEvent_t e0, e1;
     cudaStream_t st;
     cudaDeviceProp prop;
@@ -851,15 +882,10 @@ static void run_bench(void)
     CK(cudaGetDeviceProperties(&prop, dev));
     printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
            prop.multiProcessorCount);
-    CK(cudaMalloc((void **)&a, (size_t)(max_m * max_ak)));
-    CK(cudaMalloc((void **)&b, (size_t)max_b));
-    CK(cudaMalloc((void **)&sa, (size_t)max_m * 4));
-    CK(cudaMalloc((void **)&sb, (size_t)max_n * 4));
-    CK(cudaMalloc(&c, (size_t)(max_m * max_n * 4)));
-    fill_i8<<<1024, 256>>>(a, max_m * max_ak, 1u);
-    fill_i8<<<1024, 256>>>(b, max_b, 2u);
-    fill_f32<<<64, 256>>>(sa, max_m, 0.01f);
-    fill_f32<<<64, 256>>>(sb, max_n, 0.002f);
+    decode_bufs bufs = decode_bufs_alloc(max_m, max_n, max_ak, max_b);
+    int8_t *const a = bufs.a, *const b = bufs.b;
+    float *const sa = bufs.sa, *const sb = bufs.sb;
+    void *const c = bufs.c;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -947,11 +973,7 @@ static void run_bench(void)
                 }
             }
     cudaStreamDestroy(st);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(sa);
-    cudaFree(sb);
-    cudaFree(c);
+    decode_bufs_free(bufs);
 }
 
 /* The decode measurements' problem: dense rows (lda = ldb = K, ldc = N),
@@ -1098,21 +1120,13 @@ static void run_decode_sweep(void)
                               {SW_EMPTY, 0, 0}};
     const char *const kind_name[] = {"", "rd", "rdx", "rdxm", "empty", "t"};
     const int64_t max_b = (int64_t)384 << 20, rot_bytes = (int64_t)256 << 20;
-    int8_t *a, *b;
-    float *sa, *sb;
-    void *c;
+    decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
+    int8_t *const a = bufs.a, *const b = bufs.b;
+    float *const sa = bufs.sa, *const sb = bufs.sb;
+    void *const c = bufs.c;
     cudaEvent_t e0, e1;
     cudaStream_t st;
 
-    CK(cudaMalloc((void **)&a, (size_t)(32 * 14336)));
-    CK(cudaMalloc((void **)&b, (size_t)max_b));
-    CK(cudaMalloc((void **)&sa, 32 * 4));
-    CK(cudaMalloc((void **)&sb, 28672 * 4));
-    CK(cudaMalloc(&c, (size_t)32 * 28672 * 4));
-    fill_i8<<<1024, 256>>>(a, 32 * 14336, 1u);
-    fill_i8<<<1024, 256>>>(b, max_b, 2u);
-    fill_f32<<<64, 256>>>(sa, 32, 0.01f);
-    fill_f32<<<64, 256>>>(sb, 28672, 0.002f);
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -1214,40 +1228,20 @@ static void run_decode_sweep(void)
     smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
     smm_decode_force_kind = smm_decode_force_stages = 0;
     cudaStreamDestroy(st);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(sa);
-    cudaFree(sb);
-    cudaFree(c);
+    decode_bufs_free(bufs);
 }
 
 /* --decode-one M N K: 20 plain launches of one problem (bf16 out, the
  * launcher's choice), for a profiler. */
 static void run_decode_one(int64_t m, int64_t n, int64_t k)
 {
-    int8_t *a, *b;
-    float *sa, *sb;
-    void *c;
-    smm_mm_problem q;
+    decode_bufs d = decode_bufs_alloc(m, n, k, n * k);
+    smm_mm_problem q = decode_problem(m, n, k, d.a, d.b, d.sa, d.sb, d.c);
 
-    CK(cudaMalloc((void **)&a, (size_t)(m * k)));
-    CK(cudaMalloc((void **)&b, (size_t)(n * k)));
-    CK(cudaMalloc((void **)&sa, (size_t)m * 4));
-    CK(cudaMalloc((void **)&sb, (size_t)n * 4));
-    CK(cudaMalloc(&c, (size_t)(m * n * 2)));
-    fill_i8<<<1024, 256>>>(a, m * k, 1u);
-    fill_i8<<<1024, 256>>>(b, n * k, 2u);
-    fill_f32<<<64, 256>>>(sa, m, 0.01f);
-    fill_f32<<<64, 256>>>(sb, n, 0.002f);
-    q = decode_problem(m, n, k, a, b, sa, sb, c);
     for (int l = 0; l < 20; l++)
         CK(smm_gpu_launch_mm(&q, false, 0));
     CK(cudaDeviceSynchronize());
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(sa);
-    cudaFree(sb);
-    cudaFree(c);
+    decode_bufs_free(d);
 }
 
 /* --launch-cost: the host's cost of queueing decode launches on a stream
@@ -1261,20 +1255,10 @@ static void run_launch_cost(void)
     const int64_t shapes[2][2] = {{4096, 4096}, {6144, 4096}}, ms[] = {1, 16, 32};
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
     const int launches = 2000;
-    int8_t *a, *b;
-    float *sa, *sb;
-    void *c;
+    decode_bufs bufs = decode_bufs_alloc(32, 6144, 4096, max_b);
+    const int8_t *const a = bufs.a, *const b = bufs.b;
     cudaStream_t st;
 
-    CK(cudaMalloc((void **)&a, (size_t)(32 * 4096)));
-    CK(cudaMalloc((void **)&b, (size_t)max_b));
-    CK(cudaMalloc((void **)&sa, 32 * 4));
-    CK(cudaMalloc((void **)&sb, 6144 * 4));
-    CK(cudaMalloc(&c, (size_t)32 * 6144 * 2));
-    fill_i8<<<1024, 256>>>(a, 32 * 4096, 1u);
-    fill_i8<<<1024, 256>>>(b, max_b, 2u);
-    fill_f32<<<64, 256>>>(sa, 32, 0.01f);
-    fill_f32<<<64, 256>>>(sb, 6144, 0.002f);
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
     printf("launch cost, us per launch (queue: the host's loop of %d launches; total: until "
@@ -1289,7 +1273,8 @@ static void run_launch_cost(void)
                 std::vector<double> tq, tt;
                 smm_decode_force_pre = pre ? -1 : 0; /* _r: the register form */
                 for (int r = 0; r < 6; r++) {
-                    smm_mm_problem q = decode_problem(m, n, k, a, b, sa, sb, c);
+                    smm_mm_problem q =
+                        decode_problem(m, n, k, a, b, bufs.sa, bufs.sb, bufs.c);
                     const auto t0 = std::chrono::steady_clock::now();
                     for (int l = 0; l < launches; l++) {
                         q.b = b + (int64_t)(l % copies) * wb;
@@ -1310,11 +1295,7 @@ static void run_launch_cost(void)
         }
     smm_decode_force_pre = 0;
     cudaStreamDestroy(st);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(sa);
-    cudaFree(sb);
-    cudaFree(c);
+    decode_bufs_free(bufs);
 }
 
 int main(int argc, char **argv)
