@@ -17,6 +17,8 @@
  *   /tmp/gpu-gemm-selftest --decode-sweep  # every decode kernel variant
  *                                          # at M = 1, 16, 32, and the
  *                                          # cost of its parts
+ *   /tmp/gpu-gemm-selftest --launch-cost   # host queueing cost against
+ *                                          # time per decode launch
  *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
