@@ -1871,15 +1871,23 @@ static gpuError_t smm_launch_generic(const smm_mm_dims &d, const smm_epi_params 
 
 #if defined(SMM_GPU_NVIDIA)
 
+/* The current device as an index into the launchers' per-device caches
+ * (arrays of 64): 0 when it cannot be read or is past them. */
+static int smm_cache_dev(void)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    return dev;
+}
+
 /* Compute capability (major * 10 + minor) and SM count of the current
  * device, read once per device. */
 static void smm_device_info(int *cc, int *sms)
 {
     static int cache_cc[64], cache_sms[64];
-    int dev = 0;
 
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (cache_cc[dev] == 0) {
         int major = 0, minor = 0, count = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -1899,13 +1907,11 @@ static gpuError_t smm_launch_mma(const smm_mm_dims &d, const smm_epi_params &e,
     const int64_t mt = (d.m + BM - 1) / BM, nt = (d.n + BN - 1) / BN;
     const int smem = STAGES * (BM + BN) * 64 + BN * 4;
     static bool attr_set[64]; /* per device: the attribute is per context */
-    int dev = 0;
     auto kern = smm_mma_kernel<BM, BN, WM, WN, STAGES, ASYNC>;
 
     if (mt * nt > INT32_MAX)
         return gpuErrorInvalidValue;
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
         gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
         if (err != gpuSuccess)
@@ -1923,10 +1929,8 @@ static gpuError_t smm_launch_mma(const smm_mm_dims &d, const smm_epi_params &e,
 static bool smm_have_wgmma(void)
 {
     static signed char cache[64];
-    int dev = 0;
 
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
         cudaFuncAttributes attr;
         bool ok = cudaFuncGetAttributes(&attr, smm_wgmma_kernel<SMM_WGMMA_STAGES, true>) ==
@@ -1944,13 +1948,11 @@ static gpuError_t smm_launch_wgmma(const smm_mm_dims &d, const smm_epi_params &e
     const int64_t mt = (d.m + 127) / 128, nt = (d.n + 255) / 256;
     const int smem = SMM_WGMMA_STAGES * (128 + 256) * 64 + 256 * 4 + 1024;
     static bool attr_set[64]; /* per device: the attribute is per context */
-    int dev = 0;
     auto kern = smm_wgmma_kernel<SMM_WGMMA_STAGES, true>;
 
     if (mt * nt > INT32_MAX)
         return gpuErrorInvalidValue;
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
         gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
         if (err != gpuSuccess)
@@ -2014,10 +2016,8 @@ static bool smm_make_tmap(CUtensorMap *map, const int8_t *base, int64_t rows, in
 static bool smm_have_tma(void)
 {
     static signed char cache[64];
-    int dev = 0;
 
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
         cudaFuncAttributes attr;
         bool ok = cudaFuncGetAttributes(&attr, smm_tma_kernel) == cudaSuccess &&
@@ -2036,7 +2036,6 @@ static gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, 
 {
     const int64_t mt = (d.m + 127) / 128, nt = (d.n + 255) / 256;
     static bool attr_set[64];
-    int dev = 0;
     CUtensorMap ta, tb;
 
     *done = false;
@@ -2047,8 +2046,7 @@ static gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, 
     if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.lda, 128) ||
         !smm_make_tmap(&tb, d.b, d.n, d.k, d.ldb, 256))
         return gpuSuccess;
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
         gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(smm_tma_kernel, SMM_TMA_SMEM);
         if (err != gpuSuccess)
@@ -2144,10 +2142,8 @@ template <> struct smm_dec_pre_form<1, 1, 1> {
 static int smm_decode_pre_fit(void)
 {
     static signed char cache[64]; /* per device: 0 not asked, else blocks + 1 */
-    int dev = 0;
 
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
         const int bytes = SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP;
         auto kern = smm_decode_kernel<1, 1, 1, 2>;
@@ -2243,11 +2239,9 @@ static gpuError_t smm_launch_decode_tg(const smm_mm_dims &d, const smm_epi_param
 static bool smm_decode_have_cluster(int cc)
 {
     static signed char have[64]; /* per device: 0 not asked, 1 yes, -1 no */
-    int dev = 0;
     if (cc < 90)
         return false;
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (have[dev] == 0) {
         cudaFuncAttributes attr;
         have[dev] =
@@ -2264,10 +2258,8 @@ static bool smm_decode_have_cluster(int cc)
 static bool smm_have_dtma(void)
 {
     static signed char cache[64];
-    int dev = 0;
 
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
         cudaFuncAttributes attr;
         bool ok = cudaFuncGetAttributes(&attr, smm_decode_tma_kernel<8, 1>) == cudaSuccess &&
@@ -2284,13 +2276,11 @@ static gpuError_t smm_launch_dtma_ns(const CUtensorMap &ta, const CUtensorMap &t
                                      int64_t blocks, int stages, int kt_per, gpuStream_t stream)
 {
     static bool attr_set[64]; /* per device: the attribute is per context */
-    int dev = 0;
     auto kern = smm_decode_tma_kernel<NT, S>;
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
 
-    if (gpuGetDevice(&dev) != gpuSuccess || dev < 0 || dev >= 64)
-        dev = 0;
+    const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
         gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smm_dtma_smem(NT, 16));
         if (err != gpuSuccess)
