@@ -602,32 +602,41 @@ static void run_tests(void)
         }
         smm_decode_force_g = smm_decode_force_s = smm_decode_force_pre = 0;
         smm_decode_force_kind = smm_decode_force_stages = 0;
-        /* The decode kernel's shared-memory form (M <= 8, B static, one
-         * row group, no cluster), forced: the random cases above reach it
-         * about once, and a missing wait in it shows only in a late-A case
-         * (the writer lets the GEMM launch early). Where the form can run
-         * (sm_90+, programmatic launches on, its shared memory fits), each
-         * of these must have run it. */
+        /* The decode kernel's shared-memory forms (B static, no cluster;
+         * M <= 8 with one row group, M = 9..32 with two), forced: the
+         * random cases above reach them rarely, and a missing wait in them
+         * shows only in a late-A case (the writer lets the GEMM launch
+         * early). Where a form can run (sm_90+, programmatic launches on,
+         * its shared memory fits), each of these must have run it. */
         const unsigned long pre0 = smm_decode_pre_launches;
+        unsigned long expect = 0;
         int cc = 0, sms = 0;
         smm_device_info(&cc, &sms);
-        for (it = 0; it < 24; it++) {
-            const int64_t m = rnd(1, 8), n = rnd(1, 3000), k = rnd(64, 8192);
+        for (it = 0; it < 48; it++) {
+            const int64_t m = it < 24 ? rnd(1, 8) : rnd(9, 32);
+            const int64_t n = rnd(1, 3000), k = rnd(64, 8192);
+            const int g = it < 24 ? 1 : 2;
             case_opts o = random_opts(m, n, k);
             o.a_off = o.b_off = 0;
             o.lda = (k + 15) / 16 * 16;
             o.ldb = (k + 15) / 16 * 16;
             o.late_inputs = 1;
             o.b_static = 1;
+            smm_decode_force_kind = 1;
+            smm_decode_force_g = g;
+            smm_decode_force_s = 1;
             smm_decode_force_pre = 1;
             run_case(o);
+            if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() &&
+                smm_decode_pre_fit_tg((int)((m + 7) / 8), g) >= 1)
+                expect++;
         }
+        smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
         smm_decode_force_pre = 0;
-        if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() && smm_decode_pre_fit() >= 1 &&
-            smm_decode_pre_launches - pre0 != 24) {
+        if (smm_decode_pre_launches - pre0 != expect) {
             g_failures++;
-            fprintf(stderr, "FAIL: %lu of 24 forced launches ran the decode kernel's "
-                            "shared-memory form\n", smm_decode_pre_launches - pre0);
+            fprintf(stderr, "FAIL: %lu of %lu forced launches ran the decode kernel's "
+                            "shared-memory form\n", smm_decode_pre_launches - pre0, expect);
         }
     }
 

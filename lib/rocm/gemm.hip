@@ -49,9 +49,11 @@
  *                    previous kernel in its first instruction; with a
  *                    packed B (K <= 8192) it first loads its first weights,
  *                    and lets the next kernel launch right after its wait
- *                    (at M <= 8 with SM room for another block: it lets
- *                    the next launch start at once and first copies up to
- *                    72 KiB of its weights into shared memory).
+ *                    (at M <= 8 with SM room for another block, and at
+ *                    M = 9..32 with two row groups and one wave of at
+ *                    most two blocks per SM: it lets the next launch
+ *                    start at once and first copies up to 72 KiB (64 KiB)
+ *                    of its weights into shared memory).
  *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
  *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
  *                    warp fills shared-memory stages with tensor copies of
@@ -495,11 +497,13 @@ SMM_DEV uint4 smm_ld_cached16(const int8_t *p)
 }
 
 #define SMM_DEC_WARPS 8
-/* The decode kernel's shared-memory form (BS 2, one row group): bytes per
- * chunk step of a block's warps, and at most 9 steps (72 KiB: three blocks
- * fit an SM). */
+/* The decode kernel's shared-memory form (BS 2): bytes per chunk step of
+ * a block's warps and row group; at most 9 steps with one row group (72
+ * KiB: three blocks fit an SM), 4 with two (64 KiB: on an H200, two blocks
+ * per SM and a larger L1 for the tokens; 2, 3, 5 or 6 steps were slower). */
 #define SMM_DEC_PRE_STEP (2 * 512 * SMM_DEC_WARPS)
 #define SMM_DEC_PRE_MAX 9
+#define SMM_DEC_PRE_MAX2 4
 
 /* Loads in flight per thread and K step: enough 16-byte loads to cover the
  * memory latency, within about 96 registers of loaded data (two steps for
@@ -588,8 +592,8 @@ __global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>:
 smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
 {
 #if defined(SMM_HAVE_MMA)
-    static_assert(BS != 2 || (TG == 1 && G == 1 && S == 1),
-                  "the shared-memory form is sized for one row group (SMM_DEC_PRE_STEP)");
+    static_assert(BS != 2 || (S == 1 && (G == 1 || G == 2)),
+                  "the shared-memory form: one or two row groups, no cluster");
     const int U = smm_dec_unroll<TG, G>::v;
     const bool BSTATIC = BS != 0;
     const int NR = G * TG * 4 * 32; /* accumulator words of the block tile */
@@ -607,9 +611,10 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * below, and the shared sums zeroed, while that kernel may still be
      * running. BS 1: the warp's first U steps, into registers. BS 2: its
      * first d.pre steps, copied into shared memory with cp.async (which
-     * holds no registers); the launcher takes it when the grid leaves each
-     * SM room for a block of the next launch, which this kernel lets start
-     * at once (below). */
+     * holds no registers); the launcher takes it for one token and row
+     * group when the grid leaves each SM room for a block of the next
+     * launch, which this kernel lets start at once (below), and for two
+     * row groups when the grid is one wave of two blocks per SM. */
     /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
     auto wrow = [&](int j, int h) {
         return d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
@@ -2127,28 +2132,39 @@ static bool smm_decode_pdl_allowed(void)
 }
 
 /* The decode kernel's shared-memory form (BS 2) exists for one token
- * group, one row group and no cluster only; kernel() is null elsewhere. */
+ * group with one row group, and for more token groups with two, without
+ * clusters; kernel() is null elsewhere, and max the most steps. */
 template <int TG, int G, int S> struct smm_dec_pre_form {
     static void (*kernel())(smm_mm_dims, smm_epi_params) { return nullptr; }
+    static const int max = 0;
 };
 template <> struct smm_dec_pre_form<1, 1, 1> {
     static void (*kernel())(smm_mm_dims, smm_epi_params) { return smm_decode_kernel<1, 1, 1, 2>; }
+    static const int max = SMM_DEC_PRE_MAX;
 };
+template <int TG> struct smm_dec_pre_form2 {
+    static void (*kernel())(smm_mm_dims, smm_epi_params) { return smm_decode_kernel<TG, 2, 1, 2>; }
+    static const int max = SMM_DEC_PRE_MAX2;
+};
+template <> struct smm_dec_pre_form<2, 2, 1> : smm_dec_pre_form2<2> {};
+template <> struct smm_dec_pre_form<3, 2, 1> : smm_dec_pre_form2<3> {};
+template <> struct smm_dec_pre_form<4, 2, 1> : smm_dec_pre_form2<4> {};
 
-/* Blocks of the shared-memory form that fit an SM at its largest size
- * (SMM_DEC_PRE_MAX steps), read once per device; 0 when that size cannot
- * be allowed. Allowing it here is what lets every launch of the form ask
- * for up to that much shared memory. */
+/* Blocks of a shared-memory form that fit an SM at its largest size (max
+ * steps), read once per device; 0 when that size cannot be allowed or the
+ * form does not exist. Allowing it here is what lets every launch of the
+ * form ask for up to that much shared memory. */
+template <int TG, int G>
 static int smm_decode_pre_fit(void)
 {
     static signed char cache[64]; /* per device: 0 not asked, else blocks + 1 */
 
     const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
-        const int bytes = SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP;
-        auto kern = smm_decode_kernel<1, 1, 1, 2>;
+        const int bytes = smm_dec_pre_form<TG, G, 1>::max * G * SMM_DEC_PRE_STEP;
+        auto kern = smm_dec_pre_form<TG, G, 1>::kernel();
         int blocks = 0;
-        if (gpuFuncSetMaxDynamicSharedMemory(kern, bytes) != gpuSuccess ||
+        if (kern == nullptr || gpuFuncSetMaxDynamicSharedMemory(kern, bytes) != gpuSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, SMM_DEC_WARPS * 32,
                                                           (size_t)bytes) != cudaSuccess)
             blocks = 0;
@@ -2156,6 +2172,17 @@ static int smm_decode_pre_fit(void)
         cache[dev] = (signed char)(blocks > 100 ? 101 : blocks + 1);
     }
     return cache[dev] - 1;
+}
+
+/* The same for tg token groups and g row groups (tg <= 4). */
+static int smm_decode_pre_fit_tg(int tg, int g)
+{
+    if (g == 1)
+        return tg == 1 ? smm_decode_pre_fit<1, 1>() : 0;
+    if (g != 2)
+        return 0;
+    return tg == 2 ? smm_decode_pre_fit<2, 2>()
+                   : tg == 3 ? smm_decode_pre_fit<3, 2>() : tg == 4 ? smm_decode_pre_fit<4, 2>() : 0;
 }
 
 template <int TG, int G, int S>
@@ -2172,7 +2199,7 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         /* The shared-memory form, where smm_launch_decode chose it (it
          * allowed the largest size once per device: smm_decode_pre_fit). */
         kern = smm_dec_pre_form<TG, G, S>::kernel();
-        smem = d.pre * SMM_DEC_PRE_STEP;
+        smem = d.pre * G * SMM_DEC_PRE_STEP;
     }
     if (S == 1 && d.pdl == 0) {
         kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, (size_t)smem, stream>>>(d, e);
@@ -2413,27 +2440,37 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         s = smm_decode_force_s;
     if (!sm90)
         s = 1;
-    /* The shared-memory form of the decode kernel with B static (BS 2):
-     * one token group, one row group, no cluster, and a grid that leaves
+    /* The shared-memory form of the decode kernel with B static (BS 2),
+     * no cluster. One token group and one row group, where the grid leaves
      * every SM room for a block of the next launch (at most two of the
-     * three blocks an SM holds at its largest size, where three fit; on
-     * GPUs with less shared memory per SM, only when the self-test forces
-     * it): the next launch, let start at once, then
-     * copies its weights while this one computes. Measured on an H200
-     * (graph of back-to-back launches, weights rotating over 256 MiB, two
-     * sweeps each): o (N = K = 4096, 256 blocks), M = 1, 2853-2890 ->
-     * 3187-3203 GB/s; forced where the grid fills the SMs, 4-5% slower
-     * (qkv, N = 6144, M = 1: 3529 -> 3369; gate_up 3900 -> 3704); with
-     * more token groups (M > 8, three blocks per SM, registers spilled)
-     * 20-50% slower (o M = 16 2588 -> 2032, M = 32 2003 -> 1018). */
+     * three blocks an SM holds at the form's largest size, where three
+     * fit): the next launch, let start at once, then copies its weights
+     * while this one computes. Measured on an H200 (graph of back-to-back
+     * launches, weights rotating over 256 MiB, two sweeps each): o
+     * (N = K = 4096, 256 blocks), M = 1, 2853-2890 -> 3187-3203 GB/s;
+     * forced where the grid fills the SMs, 4-5% slower (qkv, N = 6144,
+     * M = 1: 3529 -> 3369; gate_up 3900 -> 3704); with more token groups
+     * and one row group (M > 8, three blocks per SM, registers spilled)
+     * 20-50% slower (o M = 16 2588 -> 2032, M = 32 2003 -> 1018). More
+     * token groups and two row groups, where two blocks fit an SM at the
+     * form's 64 KiB and the grid is at most two blocks per SM: qkv
+     * (N = 6144, 192 blocks), M = 16 2615 -> 2857-2867, M = 32 2259 ->
+     * 2353-2368 (stream launches: 9.95 -> 9.32-9.42 us, 11.54 -> 10.98-11.06
+     * us); forced on gate_up's 896 blocks (N = 28672, M = 16) 3525 -> 3153;
+     * o (N = 4096, 128 blocks, M = 16 and 32) 10% slower than the
+     * launcher's one row group and clusters (2588 -> 2238, 2004 -> 1797),
+     * and no faster with the form in clusters of two. (On GPUs with less
+     * shared memory per SM the forms run only when the self-test forces
+     * them.) */
     d.pre = 0;
-    if (d.b_static && tg == 1 && g == 1 && s == 1 && smm_decode_force_pre >= 0 &&
-        d.k >= 64) {
-        const int fit = smm_decode_pre_fit();
+    if (d.b_static && s == 1 && smm_decode_force_pre >= 0 && d.k >= 64) {
+        const int fit = smm_decode_pre_fit_tg(tg, g);
         const int64_t nch = (d.k / 64 + SMM_DEC_WARPS - 1) / SMM_DEC_WARPS;
-        if (fit >= 1 && (smm_decode_force_pre > 0 ||
-                         (fit >= 3 && (d.n + 15) / 16 <= 2 * (int64_t)sms)))
-            d.pre = (int16_t)(nch < SMM_DEC_PRE_MAX ? nch : SMM_DEC_PRE_MAX);
+        const int64_t nb = (d.n + 16 * g - 1) / (16 * g);
+        const int most = g == 1 ? SMM_DEC_PRE_MAX : SMM_DEC_PRE_MAX2;
+        const bool room = nb <= 2 * (int64_t)sms && fit >= (g == 1 ? 3 : 2);
+        if (fit >= 1 && (smm_decode_force_pre > 0 || room))
+            d.pre = (int16_t)(nch < most ? nch : most);
     }
     /* The tensor-copy kernel reads the tokens a quarter as often per
      * weight byte at M > 16 (64 rows per block against 32); measured on
