@@ -57,11 +57,15 @@
  *   - on the decode path (M <= 33, 16-byte aligned rows), each decode
  *     kernel with random forced row groups, clusters and stage counts;
  *   - B static (as a packed B is: the decode kernel then reads it before
- *     its wait, into registers or, in its shared-memory form, chosen or
+ *     its wait, into registers or, in its shared-memory forms, chosen or
  *     forced at random, into shared memory, and lets the next launch
  *     start at once) in random cases, A alone written late in some of those,
  *     and two decode GEMMs chained on one stream, the second reading the
- *     first's output.
+ *     first's output;
+ *   - first of all, each launcher path used for the first time inside a
+ *     stream capture (the strictest mode) and the CUDA graph replayed
+ *     twice, with late inputs in some (the writers and the GEMM joined by
+ *     programmatic edges in the graph).
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -243,6 +247,10 @@ struct case_opts {
     int b_static;            /* 1: B passed as a packed B's rows would be
                                 (smm_gpu_launch_mm's b_static): with
                                 late_inputs, only A is written late */
+    int capture;             /* 1: the launch (and the late writers) captured
+                                into a CUDA graph, which is replayed twice,
+                                the output (and late inputs) poisoned again
+                                before the second replay */
 };
 
 /* Waits about `ns` nanoseconds, then copies n bytes from src to dst: the
@@ -377,10 +385,16 @@ static void run_case(const case_opts &o)
         q.c = dc + guard;
         q.ldc = o.ldc;
         q.c_dtype = o.dtype;
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        if (o.capture && !o.late_inputs)
+            CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        if (o.late_inputs)
+            CK(cudaDeviceSynchronize()); /* everything above has landed */
+        if (o.capture) /* the strictest mode: no unsafe call from any thread */
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         if (o.late_inputs) {
-            /* Everything above has landed; the writers go just before
-             * the GEMM. */
-            CK(cudaDeviceSynchronize());
+            /* The writers go just before the GEMM. */
             slow_copy_kernel<<<64, 256, 0, st>>>(da + o.a_off, stage, fa, 100000);
             if (!o.b_static)
                 slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
@@ -388,6 +402,20 @@ static void run_case(const case_opts &o)
         }
         const unsigned long tma0 = smm_decode_tma_launches;
         CK(smm_gpu_launch_mm(&q, o.b_static != 0, st));
+        if (o.capture) {
+            CK(cudaStreamEndCapture(st, &graph));
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            CK(cudaGraphLaunch(exec, st));
+            CK(cudaMemsetAsync(dc, 0xA5, (size_t)cbytes + 512, st));
+            if (o.late_inputs)
+                CK(cudaMemsetAsync(da, 0x7f, (size_t)(afoot + 512), st));
+            if (o.late_inputs && !o.b_static)
+                CK(cudaMemsetAsync(db, 0x81, (size_t)(bfoot + 512), st));
+            CK(cudaGraphLaunch(exec, st));
+            CK(cudaStreamSynchronize(st));
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+        }
         CK(cudaDeviceSynchronize());
         /* A forced tensor-copy decode launch must have run it when it
          * can (sm_90a code, aligned rows, K > 0): not the fallback. */
@@ -400,10 +428,10 @@ static void run_case(const case_opts &o)
                     (long long)m, (long long)n, (long long)k);
         }
     }
-    if (o.late_inputs) {
+    if (o.late_inputs || o.capture)
         CK(cudaStreamDestroy(st));
+    if (o.late_inputs)
         CK(cudaFree(stage));
-    }
     CK(cudaMemcpy(got.data(), dc, (size_t)cbytes, cudaMemcpyDeviceToHost));
 
     /* Column sums once (the sampled check reuses them). */
@@ -471,13 +499,13 @@ static void run_case(const case_opts &o)
         fprintf(stderr,
                 "FAIL m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld a_off=%d b_off=%d %s "
                 "sa=%s sb=%s bias=%d azp=%d%s extreme=%d late=%d bstatic=%d decode kind=%d "
-                "g=%d s=%d stages=%d pre=%d: %ld bad\n",
+                "g=%d s=%d stages=%d pre=%d capture=%d: %ld bad\n",
                 (long long)m, (long long)n, (long long)k, (long long)o.lda, (long long)o.ldb,
                 (long long)o.ldc, o.a_off, o.b_off, dtype_name(o.dtype),
                 o.sa_per_row ? "row" : "tensor", o.sb_per_col ? "col" : "tensor", o.has_bias,
                 o.has_azp, o.azp_per_row ? "(row)" : "", o.extreme, o.late_inputs, o.b_static,
                 smm_decode_force_kind, smm_decode_force_g, smm_decode_force_s,
-                smm_decode_force_stages, smm_decode_force_pre, bad);
+                smm_decode_force_stages, smm_decode_force_pre, o.capture, bad);
     }
     cudaFree(da);
     cudaFree(db);
@@ -532,6 +560,55 @@ static void run_chain_case(int pre_first);
 static void run_tests(void)
 {
     int it;
+
+    /* First, before anything else in the process has launched: each of
+     * the launcher's paths used for the first time inside a stream
+     * capture in the strictest mode, as an application capturing its
+     * decode step into a CUDA graph would (the launcher's per-device
+     * set-up: device queries, kernel attributes, occupancy, tensor maps),
+     * then replayed. Rows 16-byte aligned but in the last case. */
+    fprintf(stderr, "captured into CUDA graphs and replayed (each launcher path first used "
+                    "inside a capture)\n");
+    {
+        /* M, N, K, B static, late A (and B): the decode kernel's
+         * shared-memory form with one and with two row groups, its register
+         * form, the plain decode kernel with a late B, the tensor-copy
+         * decode kernel (N >= 3 x 64 x 132), the large-M kernels (TMA
+         * tiles, 128 x 128 tiles) and, rows unaligned, the fallback. */
+        const int64_t cs[][5] = {{1, 4096, 1024, 1, 1},  {16, 6144, 1024, 1, 1},
+                                 {24, 2000, 3000, 1, 0}, {9, 3000, 700, 0, 1},
+                                 {32, 26000, 256, 1, 0}, {1024, 4352, 128, 0, 1},
+                                 {300, 1000, 200, 0, 0}, {40, 300, 77, 0, 0}};
+        const unsigned long pre0 = smm_decode_pre_launches, tma0 = smm_decode_tma_launches;
+        for (const auto &c : cs) {
+            case_opts o = random_opts(c[0], c[1], c[2]);
+            const bool last = &c == &cs[sizeof cs / sizeof cs[0] - 1];
+            o.a_off = o.b_off = 0;
+            o.lda = last ? c[2] : (c[2] + 15) / 16 * 16;
+            o.ldb = last ? c[2] : (c[2] + 15) / 16 * 16;
+            o.b_static = (int)c[3];
+            o.late_inputs = (int)c[4];
+            o.capture = 1;
+            run_case(o);
+        }
+        /* On a GPU of this size (an H100 or H200 SXM: 132 SMs) the launcher
+         * takes the forms and kernels named above for these shapes. */
+        int cc = 0, sms = 0;
+        smm_device_info(&cc, &sms);
+        if (cc == 90 && sms >= 128 && sms <= 135 && smm_decode_pdl_allowed() &&
+            smm_decode_pre_fit_tg(1, 1) >= 3 && smm_decode_pre_fit_tg(2, 2) >= 2 &&
+            smm_decode_pre_launches - pre0 != 2) {
+            g_failures++;
+            fprintf(stderr, "FAIL: %lu of 2 captured launches ran the decode kernel's "
+                            "shared-memory form\n", smm_decode_pre_launches - pre0);
+        }
+        if (cc == 90 && sms >= 128 && sms <= 135 && smm_have_dtma() && dtma_capable() &&
+            smm_decode_tma_launches - tma0 != 1) {
+            g_failures++;
+            fprintf(stderr, "FAIL: the captured M = 32, N = 26000 launch did not run the "
+                            "tensor-copy decode kernel\n");
+        }
+    }
 
     fprintf(stderr, "small M (1..33), K 0..130, N tails\n");
     for (it = 0; it < 400; it++)
