@@ -226,6 +226,15 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * SMM_ERR_INVALID_ARG, smm_synchronize returns at once).
  * SMM_BACKEND_AUTO never picks a GPU backend, since GPU calls take device
  * pointers: a GPU context is always asked for by name.
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed and
+ * smm_quantize_i8 only queue kernels, so while the caller captures the
+ * stream it gave smm_context_set_stream into a CUDA (or HIP) graph, they
+ * are recorded into that graph and run when it is replayed, with the same
+ * results (scripts/gpu-gemm-selftest.cu checks this for the matrix
+ * multiplications with CUDA graphs, in the runtime's strictest capture
+ * mode). smm_pack_b, smm_memcpy, smm_malloc, smm_free and smm_synchronize
+ * wait for the device or allocate, and must not be called on a capturing
+ * stream.
  */
 
 /* Direction of smm_memcpy. */
