@@ -500,7 +500,7 @@ SMM_DEV uint4 smm_ld_cached16(const int8_t *p)
 /* The decode kernel's shared-memory form (BS 2): bytes per chunk step of
  * a block's warps and row group; at most 9 steps with one row group (72
  * KiB: three blocks fit an SM), 4 with two (64 KiB: on an H200, two blocks
- * per SM and a larger L1 for the tokens; 2, 3, 5 or 6 steps were slower). */
+ * per SM and a larger L1 for the tokens; 1, 2 and 5 to 8 were slower). */
 #define SMM_DEC_PRE_STEP (2 * 512 * SMM_DEC_WARPS)
 #define SMM_DEC_PRE_MAX 9
 #define SMM_DEC_PRE_MAX2 4
@@ -2457,7 +2457,7 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * (N = 6144, 192 blocks), M = 16 2615 -> 2857-2867, M = 32 2259 ->
      * 2353-2368 (stream launches: 9.95 -> 9.32-9.42 us, 11.54 -> 10.98-11.06
      * us); forced on gate_up's 896 blocks (N = 28672, M = 16) 3525 -> 3153;
-     * o (N = 4096, 128 blocks, M = 16 and 32) 10% slower than the
+     * o (N = 4096, 128 blocks, M = 16 and 32) 10-14% slower than the
      * launcher's one row group and clusters (2588 -> 2238, 2004 -> 1797),
      * and no faster with the form in clusters of two. (On GPUs with less
      * shared memory per SM the forms run only when the self-test forces
