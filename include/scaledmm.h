@@ -231,10 +231,14 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * stream it gave smm_context_set_stream into a CUDA (or HIP) graph, they
  * are recorded into that graph and run when it is replayed, with the same
  * results (scripts/gpu-gemm-selftest.cu checks this for the matrix
- * multiplications with CUDA graphs, in the runtime's strictest capture
- * mode). smm_pack_b, smm_memcpy, smm_malloc, smm_free and smm_synchronize
- * wait for the device or allocate, and must not be called on a capturing
- * stream.
+ * multiplications' kernel launches with CUDA 13 graphs, in the runtime's
+ * strictest capture mode; the quantizer and HIP graphs are not checked).
+ * The graph holds the pointers it was captured with: the buffers and
+ * packed B must outlive its replays. smm_pack_b, smm_packed_b_destroy,
+ * smm_memcpy, smm_malloc, smm_free and smm_synchronize wait for the device,
+ * allocate or free, and must not be called while the context's stream is
+ * being captured (nor, in the runtime's global capture mode, while any
+ * capture is in progress).
  */
 
 /* Direction of smm_memcpy. */

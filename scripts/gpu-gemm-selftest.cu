@@ -295,7 +295,7 @@ static void run_case(const case_opts &o)
     unsigned char *dc = NULL;
     float *dsa = NULL, *dsb = NULL, *dbias = NULL;
     int32_t *dazp = NULL;
-    std::vector<unsigned char> got((size_t)cbytes);
+    std::vector<unsigned char> got((size_t)cbytes), first;
     long bad = 0;
     int64_t i, j;
 
@@ -385,11 +385,12 @@ static void run_case(const case_opts &o)
         q.c = dc + guard;
         q.ldc = o.ldc;
         q.c_dtype = o.dtype;
+        /* The first replay's output: the second must give the same bytes. */
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         if (o.capture && !o.late_inputs)
             CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        if (o.late_inputs)
+        if (o.late_inputs || o.capture)
             CK(cudaDeviceSynchronize()); /* everything above has landed */
         if (o.capture) /* the strictest mode: no unsafe call from any thread */
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -406,6 +407,9 @@ static void run_case(const case_opts &o)
             CK(cudaStreamEndCapture(st, &graph));
             CK(cudaGraphInstantiate(&exec, graph, 0));
             CK(cudaGraphLaunch(exec, st));
+            CK(cudaStreamSynchronize(st));
+            first.resize((size_t)cbytes);
+            CK(cudaMemcpy(first.data(), dc, (size_t)cbytes, cudaMemcpyDeviceToHost));
             CK(cudaMemsetAsync(dc, 0xA5, (size_t)cbytes + 512, st));
             if (o.late_inputs)
                 CK(cudaMemsetAsync(da, 0x7f, (size_t)(afoot + 512), st));
@@ -419,9 +423,10 @@ static void run_case(const case_opts &o)
         CK(cudaDeviceSynchronize());
         /* A forced tensor-copy decode launch must have run it when it
          * can (sm_90a code, aligned rows, K > 0): not the fallback. */
-        if (smm_decode_force_kind == 2 && smm_have_dtma() && dtma_capable() && k > 0 &&
-            m <= 32 && o.a_off == 0 && o.b_off == 0 && (m == 1 || o.lda % 16 == 0) &&
-            (n == 1 || o.ldb % 16 == 0) && smm_decode_tma_launches == tma0) {
+        if (smm_decode_force_kind == 2 && !smm_force_generic() && smm_have_dtma() &&
+            dtma_capable() && k > 0 && m <= 32 && o.a_off == 0 && o.b_off == 0 &&
+            (m == 1 || o.lda % 16 == 0) && (n == 1 || o.ldb % 16 == 0) &&
+            smm_decode_tma_launches == tma0) {
             g_failures++;
             fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the tensor-copy decode kernel was "
                             "forced but did not run\n",
@@ -433,6 +438,11 @@ static void run_case(const case_opts &o)
     if (o.late_inputs)
         CK(cudaFree(stage));
     CK(cudaMemcpy(got.data(), dc, (size_t)cbytes, cudaMemcpyDeviceToHost));
+    if (o.capture && memcmp(first.data(), got.data(), (size_t)cbytes) != 0) {
+        g_failures++;
+        fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the graph's two replays wrote different "
+                        "bytes\n", (long long)m, (long long)n, (long long)k);
+    }
 
     /* Column sums once (the sampled check reuses them). */
     std::vector<uint32_t> colsum((size_t)n, 0);
@@ -596,13 +606,15 @@ static void run_tests(void)
         int cc = 0, sms = 0;
         smm_device_info(&cc, &sms);
         if (cc == 90 && sms >= 128 && sms <= 135 && smm_decode_pdl_allowed() &&
+            !smm_force_generic() &&
             smm_decode_pre_fit_tg(1, 1) >= 3 && smm_decode_pre_fit_tg(2, 2) >= 2 &&
             smm_decode_pre_launches - pre0 != 2) {
             g_failures++;
             fprintf(stderr, "FAIL: %lu of 2 captured launches ran the decode kernel's "
                             "shared-memory form\n", smm_decode_pre_launches - pre0);
         }
-        if (cc == 90 && sms >= 128 && sms <= 135 && smm_have_dtma() && dtma_capable() &&
+        if (cc == 90 && sms >= 128 && sms <= 135 && !smm_force_generic() && smm_wgmma_allowed() &&
+            smm_tma_allowed() && smm_have_dtma() && dtma_capable() &&
             smm_decode_tma_launches - tma0 != 1) {
             g_failures++;
             fprintf(stderr, "FAIL: the captured M = 32, N = 26000 launch did not run the "
@@ -704,7 +716,7 @@ static void run_tests(void)
             smm_decode_force_s = 1;
             smm_decode_force_pre = 1;
             run_case(o);
-            if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() &&
+            if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() && !smm_force_generic() &&
                 smm_decode_pre_fit_tg((int)((m + 7) / 8), g) >= 1)
                 expect++;
         }

@@ -50,8 +50,8 @@
  *                    packed B (K <= 8192) it first loads its first weights,
  *                    and lets the next kernel launch right after its wait
  *                    (at M <= 8 with SM room for another block, and at
- *                    M = 9..32 with two row groups and one wave of at
- *                    most two blocks per SM: it lets the next launch
+ *                    M = 9..32 with two row groups and at most two
+ *                    blocks per SM: it lets the next launch
  *                    start at once and first copies up to 72 KiB (64 KiB)
  *                    of its weights into shared memory).
  *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
@@ -614,7 +614,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * holds no registers); the launcher takes it for one token and row
      * group when the grid leaves each SM room for a block of the next
      * launch, which this kernel lets start at once (below), and for two
-     * row groups when the grid is one wave of two blocks per SM. */
+     * row groups when the grid is at most two blocks per SM and two fit. */
     /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
     auto wrow = [&](int j, int h) {
         return d.b + min(n0 + 16 * j + 8 * h + g, d.n - 1) * d.ldb + q * 16;
@@ -2455,10 +2455,11 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * token groups and two row groups, where two blocks fit an SM at the
      * form's 64 KiB and the grid is at most two blocks per SM: qkv
      * (N = 6144, 192 blocks), M = 16 2615 -> 2857-2867, M = 32 2259 ->
-     * 2353-2368 (stream launches: 9.95 -> 9.32-9.42 us, 11.54 -> 10.98-11.06
-     * us); forced on gate_up's 896 blocks (N = 28672, M = 16) 3525 -> 3153;
-     * o (N = 4096, 128 blocks, M = 16 and 32) 10-14% slower than the
-     * launcher's one row group and clusters (2588 -> 2238, 2004 -> 1797),
+     * 2353-2368 (stream launches, three runs: 9.95 -> 9.32-9.42 us, 11.54 ->
+     * 10.98-11.13 us); forced on gate_up's 896 blocks (N = 28672, M = 16)
+     * 3525 -> 3153; o (N = 4096, 128 blocks, M = 16 and 32) 10-14% slower
+     * than the launcher's choices there (one row group at M = 16, two in
+     * clusters of two at M = 32: 2588 -> 2238, 2004 -> 1797),
      * and no faster with the form in clusters of two. (On GPUs with less
      * shared memory per SM the forms run only when the self-test forces
      * them.) */
