@@ -23,7 +23,10 @@
  * int32 extremes. The device output buffers start poisoned with the same
  * bytes as the reference's; q (padding between rows included) and the
  * produced scale / azp (with guard elements either side) are compared with
- * memcmp. Progress goes to stderr; one summary line to stdout. Exit status
+ * memcmp. Every 16th case, the first among them, records the launch into a
+ * CUDA graph (stream capture in cudaStreamCaptureModeGlobal) and replays it
+ * twice, the outputs poisoned again in between, each replay compared the
+ * same way. Progress goes to stderr; one summary line to stdout. Exit status
  * 0 when every case matched, 1 on any mismatch, 2 when no GPU can run it.
  */
 #include "../lib/rocm/quantize.hip"
@@ -219,8 +222,54 @@ static const char *dtype_name(smm_dtype d)
         }                                                                                   \
     } while (0)
 
-/* Returns 0 on a bit-exact match, 1 on a mismatch (described on stderr). */
-static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t m, int64_t k)
+/* The device's q, scale and azp buffers (copied back, guards and padding
+ * included) against the reference's, byte for byte; a message for the
+ * first difference in each. Returns 1 on any difference. */
+static int compare(const char *desc, const char *what, const unsigned char *x, int es, int64_t m,
+                   int64_t k, int64_t ldx, int64_t ldq, smm_quant_mode mode, const int8_t *q_ref,
+                   const int8_t *q_dev, size_t qbytes, const float *s_ref, const float *s_dev,
+                   const int32_t *z_ref, const int32_t *z_dev, size_t sbytes)
+{
+    int bad = 0;
+
+    if (memcmp(q_ref, q_dev, qbytes) != 0) {
+        size_t t = 0;
+        while (q_ref[t] == q_dev[t])
+            t++;
+        const int64_t i = ldq ? (int64_t)t / ldq : 0, kk = ldq ? (int64_t)t % ldq : (int64_t)t;
+        uint32_t xv = 0;
+        if (i < m && kk < k)
+            memcpy(&xv, x + (i * ldx + kk) * es, es);
+        fprintf(stderr, "%s%s\n  MISMATCH q byte %zu (row %lld, k %lld%s): reference %d, gpu %d; "
+                        "x bits 0x%0*x; scale 0x%08x\n",
+                desc, what, t, (long long)i, (long long)kk, kk >= k ? ", padding" : "", q_ref[t],
+                q_dev[t], es * 2, xv,
+                f2u(s_ref[GUARD + (mode == SMM_QUANT_STATIC_PER_TENSOR ? 0 : i)]));
+        bad = 1;
+    }
+    if (memcmp(s_ref, s_dev, sbytes) != 0) {
+        int64_t t = 0;
+        while (f2u(s_ref[t]) == f2u(s_dev[t]))
+            t++;
+        fprintf(stderr, "%s%s\n  MISMATCH scale element %lld: reference 0x%08x, gpu 0x%08x\n",
+                desc, what, (long long)(t - GUARD), f2u(s_ref[t]), f2u(s_dev[t]));
+        bad = 1;
+    }
+    if (memcmp(z_ref, z_dev, sbytes) != 0) {
+        int64_t t = 0;
+        while (z_ref[t] == z_dev[t])
+            t++;
+        fprintf(stderr, "%s%s\n  MISMATCH azp element %lld: reference %d, gpu %d\n", desc,
+                what, (long long)(t - GUARD), z_ref[t], z_dev[t]);
+        bad = 1;
+    }
+    return bad;
+}
+
+/* One case (captured into a CUDA graph when capture is set). Returns 0 on a
+ * bit-exact match, 1 on a mismatch (described on stderr). */
+static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t m, int64_t k,
+                    int capture)
 {
     const int es = dt == SMM_DTYPE_F32 ? 4 : 2;
     const int64_t ldx = (m == 1 && rnd_range(0, 3) == 0) ? 0 : k + rnd_range(0, 5);
@@ -241,7 +290,11 @@ static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t
     int8_t *q_ref = (int8_t *)malloc(qbytes), *q_dev = (int8_t *)malloc(qbytes);
     float *s_ref = (float *)malloc(sbytes), *s_dev = (float *)malloc(sbytes);
     int32_t *z_ref = (int32_t *)malloc(sbytes), *z_dev = (int32_t *)malloc(sbytes);
-    if (!x || !q_ref || !q_dev || !s_ref || !s_dev || !z_ref || !z_dev) {
+    int8_t *q_init = (int8_t *)malloc(qbytes); /* the outputs' state before the run */
+    float *s_init = (float *)malloc(sbytes);
+    int32_t *z_init = (int32_t *)malloc(sbytes);
+    if (!x || !q_ref || !q_dev || !s_ref || !s_dev || !z_ref || !z_dev || !q_init || !s_init ||
+        !z_init) {
         fprintf(stderr, "gpu-quantize-selftest: out of host memory\n");
         exit(2);
     }
@@ -267,6 +320,9 @@ static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t
     memcpy(q_dev, q_ref, qbytes);
     memcpy(s_dev, s_ref, sbytes);
     memcpy(z_dev, z_ref, sbytes);
+    memcpy(q_init, q_ref, qbytes);
+    memcpy(s_init, s_ref, sbytes);
+    memcpy(z_init, z_ref, sbytes);
 
     /* The reference. */
     smm_quantize_args a;
@@ -303,46 +359,60 @@ static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t
     a.q = dq;
     a.scale = ds + GUARD;
     a.azp = asym ? dz + GUARD : NULL;
-    DEV_CHECK(smm_gpu_launch_quantize(&a, 0));
-    DEV_CHECK(gpuMemcpyAsync(q_dev, dq, qbytes, gpuMemcpyDeviceToHost, 0));
-    DEV_CHECK(gpuMemcpyAsync(s_dev, ds, sbytes, gpuMemcpyDeviceToHost, 0));
-    DEV_CHECK(gpuMemcpyAsync(z_dev, dz, sbytes, gpuMemcpyDeviceToHost, 0));
-    DEV_CHECK(gpuStreamSynchronize(0));
+    /* Captured cases: the launch recorded into a CUDA graph (the strictest
+     * capture mode) and the graph replayed twice, the outputs poisoned
+     * again in between; each replay's outputs must match. */
+    gpuStream_t st = 0;
+#if defined(SMM_GPU_NVIDIA)
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (capture) {
+        DEV_CHECK(gpuStreamSynchronize(0)); /* the copies above */
+        DEV_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        DEV_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        DEV_CHECK(smm_gpu_launch_quantize(&a, st));
+        DEV_CHECK(cudaStreamEndCapture(st, &graph));
+        DEV_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    }
+#else
+    capture = 0;
+#endif
+    for (int r = 0; r < (capture ? 2 : 1); r++) {
+        if (r > 0) {
+            memcpy(q_dev, q_init, qbytes);
+            memcpy(s_dev, s_init, sbytes);
+            memcpy(z_dev, z_init, sbytes);
+            DEV_CHECK(gpuMemcpyAsync(dq, q_dev, qbytes, gpuMemcpyHostToDevice, st));
+            DEV_CHECK(gpuMemcpyAsync(ds, s_dev, sbytes, gpuMemcpyHostToDevice, st));
+            DEV_CHECK(gpuMemcpyAsync(dz, z_dev, sbytes, gpuMemcpyHostToDevice, st));
+        }
+#if defined(SMM_GPU_NVIDIA)
+        if (capture)
+            DEV_CHECK(cudaGraphLaunch(exec, st));
+        else
+#endif
+            DEV_CHECK(smm_gpu_launch_quantize(&a, st));
+        DEV_CHECK(gpuMemcpyAsync(q_dev, dq, qbytes, gpuMemcpyDeviceToHost, st));
+        DEV_CHECK(gpuMemcpyAsync(s_dev, ds, sbytes, gpuMemcpyDeviceToHost, st));
+        DEV_CHECK(gpuMemcpyAsync(z_dev, dz, sbytes, gpuMemcpyDeviceToHost, st));
+        DEV_CHECK(gpuStreamSynchronize(st));
+        const char *what = !capture ? "" : r == 0 ? " (CUDA graph, first replay)"
+                                                  : " (CUDA graph, second replay)";
+        bad |= compare(desc, what, x, es, m, k, ldx, ldq, mode, q_ref, q_dev, qbytes, s_ref,
+                       s_dev, z_ref, z_dev, sbytes);
+    }
+#if defined(SMM_GPU_NVIDIA)
+    if (capture) {
+        DEV_CHECK(cudaGraphExecDestroy(exec));
+        DEV_CHECK(cudaGraphDestroy(graph));
+        DEV_CHECK(cudaStreamDestroy(st));
+    }
+#endif
     DEV_CHECK(gpuFree(dx));
     DEV_CHECK(gpuFree(dq));
     DEV_CHECK(gpuFree(ds));
     DEV_CHECK(gpuFree(dz));
 
-    if (memcmp(q_ref, q_dev, qbytes) != 0) {
-        size_t t = 0;
-        while (q_ref[t] == q_dev[t])
-            t++;
-        const int64_t i = ldq ? (int64_t)t / ldq : 0, kk = ldq ? (int64_t)t % ldq : (int64_t)t;
-        uint32_t xv = 0;
-        if (i < m && kk < k)
-            memcpy(&xv, x + (i * ldx + kk) * es, es);
-        fprintf(stderr, "%s\n  MISMATCH q byte %zu (row %lld, k %lld%s): reference %d, gpu %d; "
-                        "x bits 0x%0*x; scale 0x%08x\n",
-                desc, t, (long long)i, (long long)kk, kk >= k ? ", padding" : "", q_ref[t],
-                q_dev[t], es * 2, xv, f2u(s_ref[GUARD + (mode == SMM_QUANT_STATIC_PER_TENSOR ? 0 : i)]));
-        bad = 1;
-    }
-    if (memcmp(s_ref, s_dev, sbytes) != 0) {
-        int64_t t = 0;
-        while (f2u(s_ref[t]) == f2u(s_dev[t]))
-            t++;
-        fprintf(stderr, "%s\n  MISMATCH scale element %lld: reference 0x%08x, gpu 0x%08x\n", desc,
-                (long long)(t - GUARD), f2u(s_ref[t]), f2u(s_dev[t]));
-        bad = 1;
-    }
-    if (memcmp(z_ref, z_dev, sbytes) != 0) {
-        int64_t t = 0;
-        while (z_ref[t] == z_dev[t])
-            t++;
-        fprintf(stderr, "%s\n  MISMATCH azp element %lld: reference %d, gpu %d\n", desc,
-                (long long)(t - GUARD), z_ref[t], z_dev[t]);
-        bad = 1;
-    }
     free(x);
     free(q_ref);
     free(q_dev);
@@ -350,6 +420,9 @@ static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t
     free(s_dev);
     free(z_ref);
     free(z_dev);
+    free(q_init);
+    free(s_init);
+    free(z_init);
     return bad;
 }
 
@@ -391,9 +464,11 @@ int main(int argc, char **argv)
             m = rnd_range(65530, 70000); /* more rows than blocks */
             k = rnd_range(1, 5);
         }
+        /* Every 16th case captured into a CUDA graph, the first of all
+         * among them (the launcher's first use inside a capture). */
         failures += run_case(n,
                              mode < 2 ? SMM_QUANT_STATIC_PER_TENSOR : SMM_QUANT_DYNAMIC_PER_TOKEN,
-                             mode & 1, dt, m, k);
+                             mode & 1, dt, m, k, n % 16 == 0);
         if (failures > 20) {
             fprintf(stderr, "gpu-quantize-selftest: stopping after %ld failures\n", failures);
             break;
