@@ -793,25 +793,28 @@ static void run_tests(void)
 
     fprintf(stderr, "two decode GEMMs chained on one stream, B static, the second's A the "
                     "first's output\n");
-    for (it = 0; it < 16; it++)
-        run_chain_case(it % 2);
+    for (it = 0; it < 18; it++)
+        run_chain_case(it % 3);
 }
 
 /* Two decode GEMMs back to back on one stream, both with B static (as a
  * packed B is), int32 out: the second's A is the first's output, its
  * int32 rows read as int8 rows of 4 N1 bytes. The first lets its successor
  * launch right after its own wait (griddepcontrol.launch_dependents), or
- * at once in the shared-memory form (pre_first: forced, M <= 8), and the
- * second loads its B before its wait; it must still read all of the
- * first's output, never the poison under it. Host oracle: ref_element on
- * the same bytes (int32 out: the wrapping sums). (On an H200 a build with
+ * at once in a shared-memory form (forced: pre_first 1, one row group at
+ * M <= 8; 2, two row groups at M = 9..32; where a form can run, the first
+ * must have run it), and the second loads its B before its wait; it must
+ * still read all of the first's output, never the poison under it. Host
+ * oracle: ref_element on the same bytes (int32 out: the wrapping sums).
+ * (On an H200 a build with
  * the B-static kernel's wait deleted still passed these cases, the second
  * kernel evidently not reaching its loads of A before the first had
  * finished, while it failed 18 of the late-A cases above; they stay as a
  * check of chained results.) */
 static void run_chain_case(int pre_first)
 {
-    const int64_t m = pre_first ? rnd(1, 8) : rnd(1, 32), n1 = 4 * rnd(1, 512);
+    const int64_t m = pre_first == 1 ? rnd(1, 8) : pre_first == 2 ? rnd(9, 32) : rnd(1, 32);
+    const int64_t n1 = 4 * rnd(1, 512);
     const int64_t k1 = pre_first ? rnd(64, 8192) : rnd(1, 8192), n2 = rnd(1, 1500);
     const int64_t lda1 = (k1 + 15) / 16 * 16, k2 = 4 * n1; /* A2 rows: 16-byte multiples */
     host_problem p1, p2; /* int32 out: ref_element gives the sums (no column sums) */
@@ -821,6 +824,7 @@ static void run_chain_case(int pre_first)
     int32_t *dc1, *dc2;
     cudaStream_t st;
     long bad = 0;
+    int form_missed = 0;
 
     p1.m = p2.m = m;
     p1.n = n1; p1.k = k1; p1.lda = lda1; p1.ldb = lda1; p1.ldc = n1;
@@ -866,14 +870,25 @@ static void run_chain_case(int pre_first)
          * or in the shared-memory form, which lets it launch at once. */
         if (pre_first) {
             smm_decode_force_pre = 1;
+            if (pre_first == 2) {
+                smm_decode_force_g = 2;
+                smm_decode_force_s = 1;
+            }
         } else {
             smm_decode_force_kind = 1;
             smm_decode_force_g = 4;
             smm_decode_force_s = 1;
         }
+        const unsigned long pre0 = smm_decode_pre_launches;
         CK(smm_gpu_launch_mm(&q, true, st));
         smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
         smm_decode_force_pre = 0;
+        int cc = 0, sms = 0;
+        smm_device_info(&cc, &sms);
+        if (pre_first && smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() &&
+            !smm_force_generic() && smm_decode_pre_fit_tg((int)((m + 7) / 8), pre_first) >= 1 &&
+            smm_decode_pre_launches - pre0 != 1)
+            form_missed = 1;
         q.n = n2; q.k = k2;
         q.a = (const int8_t *)dc1; q.lda = k2;
         q.b = db2; q.ldb = k2;
@@ -888,11 +903,12 @@ static void run_chain_case(int pre_first)
     for (size_t i = 0; i < c2.size(); i++)
         bad += got2[i] != c2[i];
     g_cases++;
-    if (bad) {
+    if (bad || form_missed) {
         g_failures++;
-        fprintf(stderr, "FAIL chain m=%lld n1=%lld k1=%lld n2=%lld k2=%lld pre=%d: %ld bad\n",
+        fprintf(stderr, "FAIL chain m=%lld n1=%lld k1=%lld n2=%lld k2=%lld pre=%d: %ld bad%s\n",
                 (long long)m, (long long)n1, (long long)k1, (long long)n2, (long long)k2,
-                pre_first, bad);
+                pre_first, bad,
+                form_missed ? ", the first did not run its shared-memory form" : "");
     }
     CK(cudaStreamDestroy(st));
     cudaFree(da1);
