@@ -27,7 +27,9 @@
  * CUDA graph (stream capture in cudaStreamCaptureModeGlobal) and replays it
  * twice, the outputs poisoned again in between, each replay compared the
  * same way. Progress goes to stderr; one summary line to stdout. Exit status
- * 0 when every case matched, 1 on any mismatch, 2 when no GPU can run it.
+ * 0 when every case matched, 1 on any mismatch or failed runtime call (a
+ * launch refused inside a capture among them), 2 when it cannot run (no
+ * GPU, or out of host memory).
  */
 #include "../lib/rocm/quantize.hip"
 
@@ -217,8 +219,9 @@ static const char *dtype_name(smm_dtype d)
     do {                                                                                    \
         gpuError_t e_ = (call);                                                             \
         if (e_ != gpuSuccess) {                                                             \
-            fprintf(stderr, "gpu-quantize-selftest: %s: %s\n", #call, gpuGetErrorString(e_)); \
-            exit(2);                                                                        \
+            fprintf(stderr, "gpu-quantize-selftest: FAIL: %s: %s\n", #call,                  \
+                    gpuGetErrorString(e_));                                                 \
+            exit(1);                                                                        \
         }                                                                                   \
     } while (0)
 
@@ -338,8 +341,8 @@ static int run_case(long n, smm_quant_mode mode, int asym, smm_dtype dt, int64_t
     a.azp = asym ? &z_ref[GUARD] : NULL;
     a.mode = mode;
     if (smm_reference_ops.quantize(NULL, &a) != SMM_OK) {
-        fprintf(stderr, "%s: the reference failed\n", desc);
-        exit(2);
+        fprintf(stderr, "%s: FAIL: the reference failed\n", desc);
+        exit(1);
     }
 
     /* The device. */
