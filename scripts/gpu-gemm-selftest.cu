@@ -576,6 +576,18 @@ static case_opts aligned_opts(int64_t m, int64_t n, int64_t k)
     return o;
 }
 
+/* Whether a launch of M tokens forced into the decode kernel's
+ * shared-memory form with g row groups runs it: sm_90+ code, programmatic
+ * launches on, no SMM_GPU_GEMM_KERNEL override, and the form's shared
+ * memory fits. */
+static bool forced_form_runs(int64_t m, int g)
+{
+    int cc = 0, sms = 0;
+    smm_device_info(&cc, &sms);
+    return smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() && !smm_force_generic() &&
+           smm_decode_pre_fit_tg((int)((m + 7) / 8), g) >= 1;
+}
+
 static void run_chain_case(int pre_first);
 
 static void run_tests(void)
@@ -703,8 +715,6 @@ static void run_tests(void)
          * its shared memory fits), each of these must have run it. */
         const unsigned long pre0 = smm_decode_pre_launches;
         unsigned long expect = 0;
-        int cc = 0, sms = 0;
-        smm_device_info(&cc, &sms);
         for (it = 0; it < 48; it++) {
             const int64_t m = it < 24 ? rnd(1, 8) : rnd(9, 32);
             const int64_t n = rnd(1, 3000), k = rnd(64, 8192);
@@ -717,8 +727,7 @@ static void run_tests(void)
             smm_decode_force_s = 1;
             smm_decode_force_pre = 1;
             run_case(o);
-            if (smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() && !smm_force_generic() &&
-                smm_decode_pre_fit_tg((int)((m + 7) / 8), g) >= 1)
+            if (forced_form_runs(m, g))
                 expect++;
         }
         smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
@@ -813,6 +822,7 @@ static void run_tests(void)
  * check of chained results.) */
 static void run_chain_case(int pre_first)
 {
+    const int g = pre_first; /* the forced form's row groups (pre_first 1 or 2) */
     const int64_t m = pre_first == 1 ? rnd(1, 8) : pre_first == 2 ? rnd(9, 32) : rnd(1, 32);
     const int64_t n1 = 4 * rnd(1, 512);
     const int64_t k1 = pre_first ? rnd(64, 8192) : rnd(1, 8192), n2 = rnd(1, 1500);
@@ -870,10 +880,8 @@ static void run_chain_case(int pre_first)
          * or in the shared-memory form, which lets it launch at once. */
         if (pre_first) {
             smm_decode_force_pre = 1;
-            if (pre_first == 2) {
-                smm_decode_force_g = 2;
-                smm_decode_force_s = 1;
-            }
+            smm_decode_force_g = g;
+            smm_decode_force_s = 1;
         } else {
             smm_decode_force_kind = 1;
             smm_decode_force_g = 4;
@@ -883,11 +891,7 @@ static void run_chain_case(int pre_first)
         CK(smm_gpu_launch_mm(&q, true, st));
         smm_decode_force_kind = smm_decode_force_g = smm_decode_force_s = 0;
         smm_decode_force_pre = 0;
-        int cc = 0, sms = 0;
-        smm_device_info(&cc, &sms);
-        if (pre_first && smm_decode_have_cluster(cc) && smm_decode_pdl_allowed() &&
-            !smm_force_generic() && smm_decode_pre_fit_tg((int)((m + 7) / 8), pre_first) >= 1 &&
-            smm_decode_pre_launches - pre0 != 1)
+        if (pre_first && forced_form_runs(m, g) && smm_decode_pre_launches - pre0 != 1)
             form_missed = 1;
         q.n = n2; q.k = k2;
         q.a = (const int8_t *)dc1; q.lda = k2;
