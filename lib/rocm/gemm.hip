@@ -2151,14 +2151,17 @@ template <> struct smm_dec_pre_form<3, 2, 1> : smm_dec_pre_form2<3> {};
 template <> struct smm_dec_pre_form<4, 2, 1> : smm_dec_pre_form2<4> {};
 
 /* Blocks of a shared-memory form that fit an SM at its largest size (max
- * steps), read once per device; 0 when that size cannot be allowed or the
- * form does not exist. Allowing it here is what lets every launch of the
- * form ask for up to that much shared memory. */
+ * steps, stored in *max when max is not null), read once per device; 0
+ * when that size cannot be allowed or the form does not exist. Allowing it
+ * here is what lets every launch of the form ask for up to that much
+ * shared memory. */
 template <int TG, int G>
-static int smm_decode_pre_fit(void)
+static int smm_decode_pre_fit(int *max)
 {
     static signed char cache[64]; /* per device: 0 not asked, else blocks + 1 */
 
+    if (max)
+        *max = smm_dec_pre_form<TG, G, 1>::max;
     const int dev = smm_cache_dev();
     if (cache[dev] == 0) {
         const int bytes = smm_dec_pre_form<TG, G, 1>::max * G * SMM_DEC_PRE_STEP;
@@ -2174,15 +2177,20 @@ static int smm_decode_pre_fit(void)
     return cache[dev] - 1;
 }
 
-/* The same for tg token groups and g row groups (tg <= 4). */
-static int smm_decode_pre_fit_tg(int tg, int g)
+/* The same for tg token groups and g row groups (tg <= 4); *max is 0
+ * where there is no form. */
+static int smm_decode_pre_fit_tg(int tg, int g, int *max = nullptr)
 {
+    if (max)
+        *max = 0;
     if (g == 1)
-        return tg == 1 ? smm_decode_pre_fit<1, 1>() : 0;
+        return tg == 1 ? smm_decode_pre_fit<1, 1>(max) : 0;
     if (g != 2)
         return 0;
-    return tg == 2 ? smm_decode_pre_fit<2, 2>()
-                   : tg == 3 ? smm_decode_pre_fit<3, 2>() : tg == 4 ? smm_decode_pre_fit<4, 2>() : 0;
+    return tg == 2   ? smm_decode_pre_fit<2, 2>(max)
+           : tg == 3 ? smm_decode_pre_fit<3, 2>(max)
+           : tg == 4 ? smm_decode_pre_fit<4, 2>(max)
+                     : 0;
 }
 
 template <int TG, int G, int S>
@@ -2465,10 +2473,10 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * them.) */
     d.pre = 0;
     if (d.b_static && s == 1 && smm_decode_force_pre >= 0 && d.k >= 64) {
-        const int fit = smm_decode_pre_fit_tg(tg, g);
+        int most = 0; /* the form's most steps */
+        const int fit = smm_decode_pre_fit_tg(tg, g, &most);
         const int64_t nch = (d.k / 64 + SMM_DEC_WARPS - 1) / SMM_DEC_WARPS;
         const int64_t nb = (d.n + 16 * g - 1) / (16 * g);
-        const int most = g == 1 ? SMM_DEC_PRE_MAX : SMM_DEC_PRE_MAX2;
         const bool room = nb <= 2 * (int64_t)sms && fit >= (g == 1 ? 3 : 2);
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
