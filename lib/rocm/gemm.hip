@@ -630,7 +630,8 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * gate_up (N = 28672) M = 1 and 16 within 0.3%; replayed from a CUDA
      * graph, the same points -0.2% to +1.3%; two row groups in clusters
      * of two (o M = 32) no different. */
-    if (BS == 2 || (BS == 1 && G == 1 && S == 1))
+    const bool trigger_at_start = BS == 2 || (BS == 1 && G == 1 && S == 1);
+    if (trigger_at_start)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
     /* Lane (g, q)'s bytes of B row n0 + 16 j + 8 h + g (clamped to N). */
@@ -686,7 +687,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     /* BS 1 with two or more row groups or a cluster lets the next launch
      * start here (the others did at their start, above). */
-    if (BS == 1 && !(G == 1 && S == 1))
+    if (BS == 1 && !trigger_at_start)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
     if (!BSTATIC)
