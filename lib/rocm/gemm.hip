@@ -2435,9 +2435,9 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * at M <= 16 with more than two such blocks per SM (N = 28672: one
      * group 7% faster); for M > 16 with fewer such blocks than SMs, two
      * groups in clusters of two blocks (half of K each; N = 4096,
-     * K = 14336: 6% faster, K = 4096: no different); four groups (fewer
-     * registers for loads in flight) and the other clusters were slower
-     * or no faster on those shapes. */
+     * K = 14336: 6% faster, K = 4096: no different; with B static, see
+     * below); four groups (fewer registers for loads in flight) and the
+     * other clusters were slower or no faster on those shapes. */
     const bool sm90 = smm_decode_have_cluster(cc); /* clusters and the wait */
     int g = tg > 1 && nb2 >= (int64_t)sms && (tg > 2 || nb2 <= 2 * (int64_t)sms) ? 2 : 1;
     int s = 1;
@@ -2451,12 +2451,16 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * except gate_up M = 16 -1%; K = 14336 (down), M = 1 16% slower. Only
      * up to K = 8192, then. */
     d.b_static = d.b_static && d.pdl && d.k <= 8192;
-    /* The clusters above, except with B static: then one row group without
-     * a cluster lets the next launch start at its first instruction
-     * (smm_decode_kernel), and on an H200 (stream launches, weights
-     * rotating over 256 MiB, two runs) o (N = K = 4096) M = 32 took
-     * 8.40-8.42 us per launch that way against 8.73-8.74 in clusters. */
-    if (tg > 2 && nb2 < (int64_t)sms && sm90 && !d.b_static)
+    /* Those clusters, except with B static and K <= 4096: there one
+     * row group without a cluster, which lets the next launch start at its
+     * first instruction (smm_decode_kernel), was faster on an H200 (stream
+     * launches, weights rotating over 256 MiB, two runs each, us per
+     * launch against clusters): o (N = K = 4096) M = 32 8.38-8.42 against
+     * 8.68-8.74, M = 24 7.49-7.51 against 7.89-7.91; N = K = 2048 and
+     * N = 3072, K = 4096 at M = 24 and 32 3-9% faster. At K = 8192
+     * (N = 4096) the clusters were faster at M = 32 (13.81-13.87 against
+     * 14.30-14.35) and no slower at M = 24. */
+    if (tg > 2 && nb2 < (int64_t)sms && sm90 && !(d.b_static && d.k <= 4096))
         g = 2, s = 2;
     if (smm_decode_force_g > 0)
         g = smm_decode_force_g;
