@@ -2458,8 +2458,9 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * launch against clusters): o (N = K = 4096) M = 32 8.38-8.42 against
      * 8.68-8.74, M = 24 7.49-7.51 against 7.89-7.91; N = K = 2048 and
      * N = 3072, K = 4096 at M = 24 and 32 3-9% faster. At K = 8192
-     * (N = 4096) the clusters were faster at M = 32 (13.81-13.87 against
-     * 14.30-14.35) and no slower at M = 24. */
+     * (N = 4096) the clusters were faster at M = 32 (13.72-13.87 against
+     * 14.29-14.35) and 0.5-1% slower at M = 24 (12.52-12.69 against
+     * 12.39-12.62). */
     if (tg > 2 && nb2 < (int64_t)sms && sm90 && !(d.b_static && d.k <= 4096))
         g = 2, s = 2;
     if (smm_decode_force_g > 0)
