@@ -24,7 +24,8 @@ extern uint64_t tu_seed;
 cf_rng tu_rng(const char *test_name);
 
 /* Prints the seed, runs the suite (every test case in it), prints a
- * summary; returns the exit status for main (0 = all passed). */
+ * summary; returns the exit status for main (0 = all passed; 99, automake's
+ * hard error, with nothing run, when SMM_TEST_SEED is set but not a seed). */
 int tu_main(Suite *s, const char *name);
 
 /* Adds a test case named `name` with a timeout of `timeout_s` seconds

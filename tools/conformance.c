@@ -83,7 +83,7 @@ int64_t cf_rng_range(cf_rng *r, int64_t lo, int64_t hi)
     return (int64_t)((uint64_t)lo + v % n);
 }
 
-uint64_t cf_seed(void)
+int cf_seed(uint64_t *seed)
 {
     const char *s = getenv("SMM_TEST_SEED");
     if (s && *s) {
@@ -93,16 +93,19 @@ uint64_t cf_seed(void)
         unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
         /* As strict as `scaledmm check` (cli_parse_u64): digits only, no
          * sign or blanks, so a value is taken by both or by neither. */
-        if (errno == 0 && end != s && *end == '\0' && s[0] >= '0' && s[0] <= '9')
-            return (uint64_t)v;
-        fprintf(stderr, "warning: ignoring SMM_TEST_SEED=\"%s\" (not a decimal or 0x-hex "
-                        "64-bit number); using a fresh seed\n", s);
+        if (errno == 0 && end != s && *end == '\0' && s[0] >= '0' && s[0] <= '9') {
+            *seed = (uint64_t)v;
+            return 0;
+        }
+        fprintf(stderr, "SMM_TEST_SEED=\"%s\": not a decimal or 0x-hex 64-bit number\n", s);
+        return -1;
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     x ^= (uint64_t)getpid() << 40;
-    return splitmix64(&x);
+    *seed = splitmix64(&x);
+    return 0;
 }
 
 /* Seed of case `index` of group `group` of a battery. */

@@ -29,9 +29,13 @@ uint64_t cf_rng_next(cf_rng *r);
 /* Uniform in [lo, hi] (inclusive). */
 int64_t cf_rng_range(cf_rng *r, int64_t lo, int64_t hi);
 
-/* The seed to use: the environment variable SMM_TEST_SEED (decimal or 0x hex)
- * when set, else a fresh one from the clock and pid. */
-uint64_t cf_seed(void);
+/* The seed to use, stored in *seed: the environment variable SMM_TEST_SEED
+ * (decimal or 0x hex, digits only: no sign or blanks) when set and not
+ * empty, else a fresh one from the clock and pid. Returns 0; or -1, with
+ * *seed untouched and a line on stderr, when SMM_TEST_SEED is set to
+ * something else, so that a replay never runs on another seed than the
+ * one asked for. */
+int cf_seed(uint64_t *seed);
 
 typedef struct cf_options {
     uint64_t seed;        /* battery seed; each case derives its own */
