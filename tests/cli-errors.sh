@@ -6,7 +6,10 @@
 #   write fails with ENOSPC) and to a closed stdout; /dev/null is the
 #   control that must pass;
 # - `check` refuses an SMM_TEST_SEED that is not a number (exit status 2)
-#   instead of running on another seed than the one asked for.
+#   instead of running on another seed than the one asked for;
+# - an empty path (checkpoint, input, output, reference) is a usage error
+#   (exit status 2), not a path to "/config.json"; so is `bench` with both
+#   --model and --checkpoint.
 #
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
@@ -22,7 +25,7 @@ trap 'rm -f "$err"' EXIT
 # expect RC PATTERN WHAT: the command just run (exit status in $rc, stderr
 # in $err) must have exited with RC and written PATTERN to stderr.
 expect() {
-    if [ "$rc" -ne "$1" ] || ! grep -q "$2" "$err"; then
+    if [ "$rc" -ne "$1" ] || ! grep -q -e "$2" "$err"; then
         echo "FAIL: $3: exit $rc, expected $1 and a message matching '$2':"
         cat "$err"; fail=1
     else
@@ -64,4 +67,24 @@ for seed in garbage -1 0x 18446744073709551616; do
     rc=$?
     expect 2 "SMM_TEST_SEED" "SMM_TEST_SEED=$seed scaledmm check"
 done
+# The paths are checked before anything is opened: none of these exist.
+while IFS='|' read -r what args; do
+    eval "set -- $args"
+    "$SCALEDMM" "$@" >/dev/null 2>"$err"
+    rc=$?
+    expect 2 "$what: empty path" "scaledmm $args"
+done <<'END'
+CHECKPOINT|run '' --layer l --input x.npy --output y.npy
+--input|run ckpt --layer l --input '' --output y.npy
+--output|run ckpt --layer l --input x.npy --output ''
+CHECKPOINT|accuracy '' --reference ref
+--reference|accuracy ckpt --reference ''
+--input|accuracy ckpt --reference ref --input ''
+INPUT_DIR|quantize '' out
+OUTPUT_DIR|quantize in ''
+--checkpoint|bench --checkpoint ''
+END
+"$SCALEDMM" bench --model all --checkpoint ckpt >/dev/null 2>"$err"
+rc=$?
+expect 2 "exclude each other" "scaledmm bench --model all --checkpoint ckpt"
 exit $fail

@@ -200,6 +200,14 @@ int cli_parse_long_list(const char *cmd, const char *opt, const char *s,
     return 0;
 }
 
+int cli_check_path(const char *cmd, const char *what, const char *s)
+{
+    if (s && *s)
+        return 0;
+    cli_usage_error(cmd, "%s: empty path", what);
+    return -1;
+}
+
 int cli_parse_backend(const char *cmd, const char *opt, const char *s,
                       smm_backend *out)
 {

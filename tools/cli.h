@@ -54,6 +54,13 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s,
 int cli_parse_long_list(const char *cmd, const char *opt, const char *s,
                         long lo, long hi, long *out, int max, int *count);
 
+/* A file or directory path given on the command line (what names it, e.g.
+ * "--input" or "CHECKPOINT"): any non-empty string. An empty one is a usage
+ * error (it would otherwise name "/config.json" once a file name is
+ * appended): prints "scaledmm CMD: WHAT: empty path" and returns -1; 0
+ * when s is not empty. */
+int cli_check_path(const char *cmd, const char *what, const char *s);
+
 /* A backend name as smm_backend_from_name accepts it ("auto", "reference",
  * "cpu", "rocm", "cuda"). Errors as cli_parse_long. */
 int cli_parse_backend(const char *cmd, const char *opt, const char *s,

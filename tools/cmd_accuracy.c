@@ -162,6 +162,10 @@ static int parse_options(int argc, char **argv, acc_opts *o)
                         "checkpoint the w8a8 one was made from)");
         return -1;
     }
+    if (cli_check_path("accuracy", "CHECKPOINT", o->dir) != 0 ||
+        cli_check_path("accuracy", "--reference", o->ref_dir) != 0 ||
+        (o->input && cli_check_path("accuracy", "--input", o->input) != 0))
+        return -1;
     return 0;
 }
 

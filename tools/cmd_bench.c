@@ -110,8 +110,8 @@ void cmd_bench_help(FILE *f)
           "\n"
           "Options:\n"
           "      --model NAME    a model below, or 'all' (default llama-3.1-8b)\n"
-          "      --checkpoint DIR  instead of --model: every linear layer of a\n"
-          "                      compressed-tensors w8a8 checkpoint, with its shapes,\n"
+          "      --checkpoint DIR  instead of --model (not both): every linear layer\n"
+          "                      of a compressed-tensors w8a8 checkpoint, with its shapes,\n"
           "                      its int8 weights and its weight scales (per-tensor\n"
           "                      scales repeated per channel: the same bits); the\n"
           "                      activations are quantized dynamic per-token whatever\n"
@@ -309,7 +309,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         { "help",        no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    int c, i;
+    int c, i, model_given = 0;
     long v;
 
     memset(o, 0, sizeof *o);
@@ -342,8 +342,11 @@ static int parse_options(int argc, char **argv, bench_opts *o)
                                 "bench --help' for the list, or use 'all')", optarg);
                 return -1;
             }
+            model_given = 1;
             break;
         case 'C':
+            if (cli_check_path("bench", "--checkpoint", optarg) != 0)
+                return -1;
             o->checkpoint = optarg;
             break;
         case 'm':
@@ -415,6 +418,11 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             cli_getopt_error("bench", c, argv);
             return -1;
         }
+    }
+    if (model_given && o->checkpoint) {
+        cli_usage_error("bench", "--model and --checkpoint exclude each other (the "
+                        "layers come from one or the other)");
+        return -1;
     }
     if (optind < argc) {
         cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);

@@ -75,6 +75,9 @@ int cmd_quantize(int argc, char **argv)
     }
     if (argc - optind != 2)
         return cli_usage_error("quantize", "expected INPUT_DIR and OUTPUT_DIR");
+    if (cli_check_path("quantize", "INPUT_DIR", argv[optind]) != 0 ||
+        cli_check_path("quantize", "OUTPUT_DIR", argv[optind + 1]) != 0)
+        return EXIT_USAGE;
     rc = ct_quantize_checkpoint(argv[optind], argv[optind + 1],
                                 progress_enabled() ? show_progress : NULL, NULL,
                                 err, sizeof err);

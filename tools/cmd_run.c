@@ -106,6 +106,10 @@ int cmd_run(int argc, char **argv)
     if (!layer_name || !in_path || !out_path)
         return cli_usage_error("run", "--layer, --input and --output are required");
     dir = argv[optind];
+    if (cli_check_path("run", "CHECKPOINT", dir) != 0 ||
+        cli_check_path("run", "--input", in_path) != 0 ||
+        cli_check_path("run", "--output", out_path) != 0)
+        return EXIT_USAGE;
 
     model = ct_model_open(dir, err, sizeof err);
     if (!model)
