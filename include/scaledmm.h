@@ -137,9 +137,12 @@ SMM_API int smm_backend_available(smm_backend backend, const char **reason);
 /* The backend AUTO resolves to: the one the environment variable
  * SMM_BACKEND names, when it holds a valid name (creating a context then
  * fails with SMM_ERR_NOT_AVAILABLE if that backend cannot run here), else
- * the fastest available host backend (cpu, then reference). A GPU backend,
- * whose calls take device pointers, is used only when named (here through
- * SMM_BACKEND, or passed to smm_context_create). */
+ * the fastest available host backend (cpu, then reference). When
+ * SMM_BACKEND holds an unknown name this still returns that host backend,
+ * but creating a context on AUTO fails (SMM_ERR_INVALID_ARG,
+ * smm_context_create). A GPU backend, whose calls take device pointers, is
+ * used only when named (here through SMM_BACKEND, or passed to
+ * smm_context_create). */
 SMM_API smm_backend smm_backend_auto(void);
 
 /* Space-separated CPU features found by CPUID and confirmed usable by the OS

@@ -9,7 +9,9 @@
 #   instead of running on another seed than the one asked for;
 # - an empty path (checkpoint, input, output, reference) is a usage error
 #   (exit status 2), not a path to "/config.json"; so is `bench` with both
-#   --model and --checkpoint.
+#   --model and --checkpoint;
+# - `info --json` with an SMM_BACKEND that makes contexts on AUTO fail
+#   gives "auto": null, as the text says "AUTO picks: nothing".
 #
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
@@ -87,4 +89,16 @@ END
 "$SCALEDMM" bench --model all --checkpoint ckpt >/dev/null 2>"$err"
 rc=$?
 expect 2 "exclude each other" "scaledmm bench --model all --checkpoint ckpt"
+for backend in bogus reference; do
+    json=$(SMM_BACKEND=$backend "$SCALEDMM" info --json 2>"$err")
+    rc=$?
+    want='"auto": null'
+    [ $backend = reference ] && want='"auto": "reference"'
+    if [ $rc -ne 0 ] || ! printf '%s\n' "$json" | grep -q -e "$want"; then
+        echo "FAIL: SMM_BACKEND=$backend scaledmm info --json: exit $rc, expected 0 and $want:"
+        printf '%s\n' "$json"; cat "$err"; fail=1
+    else
+        echo "ok: SMM_BACKEND=$backend scaledmm info --json: $want"
+    fi
+done
 exit $fail

@@ -86,12 +86,16 @@ static int print_json(const char *env)
     json_object_set(doc, "cpu_features", features);
     json_object_set_new(doc, "default_threads", json_integer(sysinfo_default_threads()));
     json_object_set(doc, "backends", backends);
-    json_object_set_new(doc, "auto", json_string(smm_backend_name(smm_backend_auto())));
+    /* What a context created on AUTO runs on, as the text's "AUTO picks"
+     * line: null when such a context fails (auto_context says why), even
+     * where smm_backend_auto() names a backend (SMM_BACKEND naming one that
+     * cannot run here, or an unknown name). */
+    b = auto_context(&why);
+    json_object_set_new(doc, "auto", why ? json_null() : json_string(smm_backend_name(b)));
     json_object_set_new(doc, "smm_backend_env", env ? json_string(env) : json_null());
     json_object_set_new(doc, "gpu_plugin_dir_env",
                         getenv("SMM_GPU_PLUGIN_DIR") ? json_string(getenv("SMM_GPU_PLUGIN_DIR"))
                                                      : json_null());
-    b = auto_context(&why);
     json_object_set_new(doc, "auto_context",
                         why ? json_pack("{s:b, s:s}", "ok", 0, "error", why)
                             : json_pack("{s:b, s:s}", "ok", 1, "backend",
