@@ -27,6 +27,7 @@ int tu_main(Suite *s, const char *name)
          * another would pass or fail for the wrong reason. 99 is the hard
          * error of automake's test driver. */
         printf("%s: SMM_TEST_SEED is not a seed; nothing run\n", name);
+        srunner_free(srunner_create(s)); /* the runner owns and frees s */
         return 99;
     }
     printf("%s: seed: 0x%016" PRIx64 " (replay with SMM_TEST_SEED=0x%016" PRIx64 ")\n",
