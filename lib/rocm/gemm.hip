@@ -50,8 +50,8 @@
  *                    packed B (K <= 8192) it first loads its first weights,
  *                    and lets the next kernel launch right after its wait
  *                    (at M <= 8 with SM room for another block, and at
- *                    M = 9..32 with two row groups and at most two
- *                    blocks per SM: it lets the next launch
+ *                    M = 9..32 with two row groups and at most three
+ *                    blocks for every two SMs: it lets the next launch
  *                    start at once and first copies up to 72 KiB (64 KiB)
  *                    of its weights into shared memory).
  *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
@@ -613,8 +613,8 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
      * first d.pre steps, copied into shared memory with cp.async (which
      * holds no registers); the launcher takes it for one token and row
      * group when the grid leaves each SM room for a block of the next
-     * launch, and for two row groups when the grid is at most two blocks
-     * per SM and two fit. */
+     * launch, and for two row groups when the grid is at most three
+     * blocks for every two SMs and two fit an SM. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* The next programmatically launched kernel in the stream may launch
      * now: its blocks take SM slots as this kernel's blocks exit (or at
@@ -2482,7 +2482,8 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * and one row group (M > 8, three blocks per SM, registers spilled)
      * 20-50% slower (o M = 16 2588 -> 2032, M = 32 2003 -> 1018). More
      * token groups and two row groups, where two blocks fit an SM at the
-     * form's 64 KiB and the grid is at most two blocks per SM: qkv
+     * form's 64 KiB and the grid is at most three blocks for every two
+     * SMs (below): qkv
      * (N = 6144, 192 blocks), M = 16 2615 -> 2857-2867, M = 32 2259 ->
      * 2353-2368 (stream launches, three runs: 9.95 -> 9.32-9.42 us, 11.54 ->
      * 10.98-11.13 us); forced on gate_up's 896 blocks (N = 28672, M = 16)
@@ -2498,7 +2499,18 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         const int fit = smm_decode_pre_fit_tg(tg, g, &most);
         const int64_t nch = (d.k / 64 + SMM_DEC_WARPS - 1) / SMM_DEC_WARPS;
         const int64_t nb = (d.n + 16 * g - 1) / (16 * g);
-        const bool room = nb <= 2 * (int64_t)sms && fit >= (g == 1 ? 3 : 2);
+        /* Two row groups: at most three blocks for every two SMs, so that
+         * half the SMs hold one block of this grid and room for the next
+         * launch's. Measured on an H200 (stream launches, B static, K =
+         * 4096, two runs, us per launch, the form against the register
+         * form): N = 8192 (256 blocks, more than 3 per 2 SMs) M = 16 11.50
+         * against 11.15, M = 32 13.33-13.36 against 12.84-12.87; N = 7168
+         * (224) M = 16 10.25 against 10.31-10.33, M = 32 12.09-12.10
+         * against 11.97-12.00; N = 6144 (192, within) M = 16 9.24-9.28
+         * against 9.86-9.87, M = 32 10.97-10.98 against 11.51-11.53;
+         * N = 5120 (160) 8.38 against 9.55, 10.34 against 11.41. */
+        const bool room = g == 1 ? nb <= 2 * (int64_t)sms && fit >= 3
+                                 : 2 * nb <= 3 * (int64_t)sms && fit >= 2;
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
     }
