@@ -18,7 +18,8 @@
  *                                          # at M = 1, 16, 32, and the
  *                                          # cost of its parts
  *   /tmp/gpu-gemm-selftest --launch-cost   # host queueing cost against
- *                                          # time per decode launch
+ *                                          # time per decode launch, and
+ *                                          # each decode kernel forced
  *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
@@ -31,8 +32,8 @@
  *                                          # cp.async wgmma instead of TMA
  *
  * The sm_90a code object carries the TMA and wgmma kernels (large M on
- * H100/H200) and the tensor-copy decode kernel; without it the mma.sync
- * kernels run everywhere.
+ * H100/H200), the tensor-copy decode kernel and the ring decode kernel
+ * (run only when forced); without it the mma.sync kernels run everywhere.
  *
  * -ffp-contract=off matters: the host reference must not fuse t = f * sb
  * into the following multiply.
@@ -401,7 +402,7 @@ static void run_case(const case_opts &o)
                 slow_copy_kernel<<<64, 256, 0, st>>>(db + o.b_off, stage + fa, fb, 100000);
             CK(cudaGetLastError());
         }
-        const unsigned long tma0 = smm_decode_tma_launches;
+        const unsigned long tma0 = smm_decode_tma_launches, ring0 = smm_decode_ring_launches;
         CK(smm_gpu_launch_mm(&q, o.b_static != 0, st));
         if (o.capture) {
             CK(cudaStreamEndCapture(st, &graph));
@@ -430,6 +431,16 @@ static void run_case(const case_opts &o)
             g_failures++;
             fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the tensor-copy decode kernel was "
                             "forced but did not run\n",
+                    (long long)m, (long long)n, (long long)k);
+        }
+        /* The same for the ring decode kernel. */
+        if (smm_decode_force_kind == 3 && !smm_force_generic() && smm_have_ring() &&
+            dtma_capable() && k > 0 && m <= 32 && o.a_off == 0 && o.b_off == 0 &&
+            (m == 1 || o.lda % 16 == 0) && (n == 1 || o.ldb % 16 == 0) &&
+            smm_decode_ring_launches == ring0) {
+            g_failures++;
+            fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the ring decode kernel was forced "
+                            "but did not run\n",
                     (long long)m, (long long)n, (long long)k);
         }
     }
@@ -613,6 +624,7 @@ static void run_tests(void)
                                  {32, 26000, 256, 1, 0}, {1024, 4352, 128, 0, 1},
                                  {300, 1000, 200, 0, 0}, {40, 300, 77, 0, 0}};
         const unsigned long pre0 = smm_decode_pre_launches, tma0 = smm_decode_tma_launches;
+        const unsigned long ring0 = smm_decode_ring_launches;
         for (const auto &c : cs) {
             case_opts o = aligned_opts(c[0], c[1], c[2]);
             if (&c == &cs[sizeof cs / sizeof cs[0] - 1])
@@ -639,6 +651,23 @@ static void run_tests(void)
             fprintf(stderr, "FAIL: the captured M = 32, N = 26000 launch did not run the "
                             "tensor-copy decode kernel\n");
         }
+        /* The ring decode kernel (which the launcher takes only when
+         * forced), captured: B static, then late A. */
+        for (int late = 0; late < 2; late++) {
+            case_opts o = aligned_opts(late ? 20 : 32, 4096, 4096);
+            o.b_static = 1;
+            o.late_inputs = late;
+            o.capture = 1;
+            smm_decode_force_kind = 3;
+            run_case(o);
+            smm_decode_force_kind = 0;
+        }
+        if (dtma_capable() && !smm_force_generic() && smm_have_ring() &&
+            smm_decode_ring_launches - ring0 != 2) {
+            g_failures++;
+            fprintf(stderr, "FAIL: %lu of 2 captured, forced launches ran the ring decode "
+                            "kernel\n", smm_decode_ring_launches - ring0);
+        }
     }
 
     fprintf(stderr, "small M (1..33), K 0..130, N tails\n");
@@ -664,7 +693,7 @@ static void run_tests(void)
             if (o.ldb == 0) o.ldb = 16;
             smm_decode_force_g = gs[rnd(0, 3)];
             smm_decode_force_s = gs[rnd(0, 3)];
-            smm_decode_force_kind = rnd(0, 2);
+            smm_decode_force_kind = rnd(0, 3);
             smm_decode_force_stages = stg[rnd(0, 3)];
             smm_decode_force_pre = (int)rnd(0, 2) - 1;
             run_case(o);
@@ -675,7 +704,7 @@ static void run_tests(void)
                                    {9, 4096, 4096}, {24, 28672, 4096}};
         smm_decode_force_g = smm_decode_force_s = smm_decode_force_stages = 0;
         smm_decode_force_pre = 0;
-        for (int kind = 0; kind < 3; kind++)
+        for (int kind = 0; kind < 4; kind++)
             for (int a = 0; a < 5; a++) {
                 case_opts o = random_opts(big[a][0], big[a][1], big[a][2]);
                 o.a_off = o.b_off = 0;
@@ -700,7 +729,7 @@ static void run_tests(void)
             o.late_inputs = 1;
             smm_decode_force_g = gs[rnd(0, 3)];
             smm_decode_force_s = gs[rnd(0, 3)];
-            smm_decode_force_kind = rnd(0, 2);
+            smm_decode_force_kind = rnd(0, 3);
             smm_decode_force_stages = stg[rnd(0, 3)];
             smm_decode_force_pre = (int)rnd(0, 2) - 1;
             run_case(o);
@@ -737,6 +766,21 @@ static void run_tests(void)
             fprintf(stderr, "FAIL: %lu of %lu forced launches ran the decode kernel's "
                             "shared-memory form\n", smm_decode_pre_launches - pre0, expect);
         }
+        /* The ring decode kernel with B static copies weights before its
+         * wait: late A (and the kernel's own check that it ran), forced,
+         * every slot count and cluster size. */
+        const int rs[] = {0, 3, 4, 5, 6, 7, 8}, ss[] = {0, 1, 2, 4};
+        for (it = 0; it < 24; it++) {
+            const int64_t m = rnd(1, 32), n = rnd(1, 3000), k = rnd(1, 9000);
+            case_opts o = aligned_opts(m, n, k);
+            o.late_inputs = 1;
+            o.b_static = 1;
+            smm_decode_force_kind = 3;
+            smm_decode_force_stages = rs[rnd(0, 6)];
+            smm_decode_force_s = ss[rnd(0, 3)];
+            run_case(o);
+        }
+        smm_decode_force_kind = smm_decode_force_stages = smm_decode_force_s = 0;
     }
 
     fprintf(stderr, "tile tails\n");
@@ -1373,26 +1417,30 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k)
  * host, and what the GPU could overlap between launches it cannot. */
 static void run_launch_cost(void)
 {
-    const int64_t shapes[2][2] = {{4096, 4096}, {6144, 4096}}, ms[] = {1, 16, 32};
+    const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
+    const int64_t ms[] = {1, 16, 32};
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
     const int launches = 2000;
-    decode_bufs bufs = decode_bufs_alloc(32, 6144, 4096, max_b);
+    decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
     const int8_t *const a = bufs.a, *const b = bufs.b;
     cudaStream_t st;
 
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
     printf("launch cost, us per launch (queue: the host's loop of %d launches; total: until "
-           "the stream is done), B static, median of 5\n%-3s %-6s %-6s %9s %9s %9s %9s\n",
-           launches, "M", "N", "K", "queue", "total", "queue_r", "total_r");
-    for (int si = 0; si < 2; si++)
+           "the stream is done), B static, median of 5; _r: the decode kernel's register "
+           "form; _m: the mma.sync decode kernel (its own forms); _g: the ring decode kernel\n"
+           "%-3s %-6s %-6s %9s %9s %9s %9s %9s %9s\n",
+           launches, "M", "N", "K", "queue", "total", "queue_r", "total_r", "total_m", "total_g");
+    for (int si = 0; si < 4; si++)
         for (int mi = 0; mi < 3; mi++) {
             const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
-            for (int pre = 0; pre < 2; pre++) {
+            for (int col = 0; col < 4; col++) {
                 std::vector<double> tq, tt;
-                smm_decode_force_pre = pre ? -1 : 0; /* _r: the register form */
+                smm_decode_force_pre = col == 1 ? -1 : 0; /* _r: the register form */
+                smm_decode_force_kind = col == 2 ? 1 : col == 3 ? 3 : 0;
                 for (int r = 0; r < 6; r++) {
                     smm_mm_problem q =
                         decode_problem(m, n, k, a, b, bufs.sa, bufs.sb, bufs.c);
@@ -1409,12 +1457,15 @@ static void run_launch_cost(void)
                     tq.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
                     tt.push_back(std::chrono::duration<double>(t2 - t0).count() / launches);
                 }
-                printf(" %9.2f %9.2f", median(tq) * 1e6, median(tt) * 1e6);
+                if (col < 2)
+                    printf(" %9.2f %9.2f", median(tq) * 1e6, median(tt) * 1e6);
+                else
+                    printf(" %9.2f", median(tt) * 1e6);
             }
             printf("\n");
             fflush(stdout);
         }
-    smm_decode_force_pre = 0;
+    smm_decode_force_pre = smm_decode_force_kind = 0;
     cudaStreamDestroy(st);
     decode_bufs_free(bufs);
 }

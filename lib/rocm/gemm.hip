@@ -60,6 +60,11 @@
  *                    64 weight rows and the padded tokens, a warpgroup runs
  *                    m64nNk32 wgmmas (weights as the 64-row operand, tokens
  *                    as the N = 8, 16 or 32 one); clusters split K.
+ *   decode_ring_kernel NVIDIA sm_90a code objects, M <= 32, run only when
+ *                    the self-test forces it (not yet faster in the
+ *                    library than the kernels above): all 128 threads copy
+ *                    64 weight rows and the tokens with cp.async into a
+ *                    shared-memory ring that m64nNk32 wgmmas read.
  *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
  *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
  *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
@@ -1677,6 +1682,260 @@ smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
 #endif
 }
 
+
+/* ------------------------------------------------------------------ */
+/* NVIDIA sm_90a: ring decode kernel (M <= 32, wgmma, cp.async ring)    */
+/* ------------------------------------------------------------------ */
+
+#define SMM_RING_BR 64 /* weight rows (output columns) per block */
+#define SMM_RING_SUB 2 /* 128-byte k-tiles per ring slot */
+#define SMM_RING_MAX 8 /* most ring slots */
+
+/* Shared memory of the ring decode kernel with NT token rows and r slots:
+ * the slots (each two k-tiles of 64 weight rows and of NT token rows),
+ * then the block's sums and the weight rows' sums. */
+static inline int smm_ring_smem(int nt, int r)
+{
+    return r * SMM_RING_SUB * (SMM_RING_BR + nt) * 128 + (nt / 2 * 128 + SMM_RING_BR) * 4 + 1024;
+}
+
+/* Waits until at most n (0..SMM_RING_MAX) of this thread's cp.async groups
+ * are pending. */
+SMM_DEV void smm_cp_async_wait_n(int n)
+{
+    switch (n) {
+    case 0: smm_cp_async_wait<0>(); break;
+    case 1: smm_cp_async_wait<1>(); break;
+    case 2: smm_cp_async_wait<2>(); break;
+    case 3: smm_cp_async_wait<3>(); break;
+    case 4: smm_cp_async_wait<4>(); break;
+    case 5: smm_cp_async_wait<5>(); break;
+    case 6: smm_cp_async_wait<6>(); break;
+    default: smm_cp_async_wait<7>(); break;
+    }
+}
+
+/*
+ * Block (or cluster of S blocks, each a contiguous share of K's 256-byte
+ * slots): output columns n0 .. n0 + 63 for every token (M <= NT, NT = 8,
+ * 16 or 32). One warpgroup; each of its 128 threads copies with cp.async
+ * four 16-byte pieces of each 128-byte k-tile of the 64 weight rows and
+ * NT / 16 of the token rows into a ring of r slots of two k-tiles each
+ * (128-byte swizzle; bytes past K, rows past N and M zero-filled), up to
+ * r - 2 slots ahead of the one its four m64nNTk32 wgmmas per k-tile read,
+ * with one slot of wgmmas left in flight. The weights (and the tokens)
+ * are the two shared-memory operands, as in smm_decode_tma_kernel; here
+ * every thread keeps copies in flight, which holds no registers. With B
+ * static (d.b_static) the first r - 2 slots of weights are copied before
+ * griddepcontrol.wait and the next launch is let in at the start; the
+ * tokens always after the wait. The sums of a cluster meet in block 0
+ * (which reads the others' through distributed shared memory) and block 0
+ * finishes the elements. AZP (e.azp != NULL): the weight rows' sums are
+ * taken from the ring too; a separate instantiation, since that code in
+ * the loop makes ptxas serialize the wgmmas (C7515), which the kernel
+ * without it avoids. Needs 16-byte aligned rows of A and B.
+ */
+template <int NT, int S, bool AZP>
+__global__ void __launch_bounds__(128, 1)
+smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
+{
+#if defined(SMM_HAVE_WGMMA)
+    constexpr int BR = SMM_RING_BR, WT = BR * 128, XT = NT * 128;
+    constexpr int SLOT = SMM_RING_SUB * (WT + XT);
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw_addr = smm_smem_addr(smem_raw);
+    unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+    const uint32_t base = smm_smem_addr(smem);
+    int32_t *red = (int32_t *)(smem + r * SLOT); /* [NT / 2][128]: register, thread */
+    int32_t *csred = red + NT / 2 * 128;         /* [BR] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
+    const int64_t n0 = (int64_t)(blockIdx.x / S) * BR;
+    const int64_t nslot = (d.k + 255) / 256;
+    const int64_t s0 = min((int64_t)rank * slots_per, nslot);
+    const int ns = (int)(min(s0 + slots_per, nslot) - s0);
+    const bool azp = AZP; /* e.azp != NULL */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (d.b_static)
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+    /* Thread tid copies piece u = tid % 8 (16 bytes) of each 128-byte
+     * k-tile of weight rows tid / 8 + 16 j (j < 4) and of token rows
+     * tid / 8 + 16 j (j < NT / 16; NT = 8: threads below 64). Rows past N
+     * or M are read from the last row (never stored); bytes past K are
+     * zero-filled (cp.async reads bytes < 16 of the source; a piece wholly
+     * past K reads none, from the start of the block's share). */
+    constexpr int XJ = NT >= 16 ? NT / 16 : 1;
+    const int u = tid & 7, r0 = tid >> 3;
+    const uint32_t poff = (uint32_t)(((u ^ (r0 & 7)) << 4) + r0 * 128); /* + j * 2048 */
+    const int8_t *wp[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wp[j] = d.b + min(n0 + r0 + 16 * j, d.n - 1) * d.ldb + s0 * 256 + u * 16;
+    const int8_t *xp[XJ];
+#pragma unroll
+    for (int j = 0; j < XJ; j++)
+        xp[j] = d.a + min((int64_t)(r0 + 16 * j), d.m - 1) * d.lda + s0 * 256 + u * 16;
+    const int kleft = (int)(d.k - s0 * 256) - u * 16; /* K bytes from piece u of slot 0 */
+    /* Slot sl (0 .. ns - 1) of this block's share into ring slot pos: its
+     * weights (w), its tokens (x). */
+    auto copy = [&](int sl, int pos, bool w, bool x) {
+        if (sl >= ns)
+            return;
+        const uint32_t st = base + pos * SLOT;
+#pragma unroll
+        for (int sub = 0; sub < SMM_RING_SUB; sub++) {
+            const int off = sl * 256 + sub * 128, kl = kleft - off;
+            const int bytes = kl >= 16 ? 16 : kl > 0 ? kl : 0;
+            const int offc = kl > 0 ? off : -u * 16;
+            if (w)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    smm_cp_async16(st + sub * WT + poff + j * 2048, wp[j] + offc, bytes);
+            if (x && (NT >= 16 || tid < 64))
+#pragma unroll
+                for (int j = 0; j < XJ; j++)
+                    smm_cp_async16(st + SMM_RING_SUB * WT + sub * XT + poff + j * 2048,
+                                   xp[j] + offc, bytes);
+        }
+    };
+    /* Groups: weights of slots 0 .. r - 3 (one each), their tokens (one),
+     * then slot i + r - 2 (weights and tokens) in iteration i. */
+    if (d.b_static)
+        for (int sl = 0; sl < r - 2; sl++) {
+            copy(sl, sl, true, false);
+            smm_cp_async_commit();
+        }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* The kernel ahead in the stream (programmatic launch) is complete
+     * and its writes visible past this point. */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (!d.b_static)
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+    if (!d.b_static)
+        for (int sl = 0; sl < r - 2; sl++) {
+            copy(sl, sl, true, false);
+            smm_cp_async_commit();
+        }
+    for (int sl = 0; sl < r - 2; sl++)
+        copy(sl, sl, false, true);
+    smm_cp_async_commit();
+
+    /* Warp w holds weight rows 16 w + g (+ 8), register 4 j + 2 h + c
+     * being row 16 w + g + 8 h, token 8 j + 2 q + c. */
+    int32_t acc[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++)
+        acc[i] = 0;
+    int32_t colsum = 0; /* half (tid & 1) of weight row tid / 2 */
+    int pos = 0, pos_next = r - 2; /* ring slots of slot i and slot i + r - 2 */
+    for (int i = 0; i < ns; i++) {
+        if (i == 0)
+            smm_cp_async_wait<0>();
+        else if (i >= r - 2)
+            smm_cp_async_wait_n(r - 3); /* slot i's group is in */
+        /* The copies (generic proxy) before the wgmmas' reads (async
+         * proxy); then every thread's, and every warp's wgmmas of slot
+         * i - 2, whose ring slot the next copy takes. */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        copy(i + r - 2, pos_next, true, true);
+        smm_cp_async_commit();
+        const uint32_t sw = base + pos * SLOT, sx = sw + SMM_RING_SUB * WT;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int sub = 0; sub < SMM_RING_SUB; sub++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                smm_wgmma_64xNx32<NT>(acc, smm_wgmma_desc128(sw + sub * WT + 32 * kk),
+                                      smm_wgmma_desc128(sx + sub * XT + 32 * kk), 1);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (azp) {
+            /* Half of the row's 16-byte pieces in each k-tile (swizzled
+             * within the row: the two halves hold all of them). */
+#pragma unroll
+            for (int sub = 0; sub < SMM_RING_SUB; sub++) {
+                const unsigned char *pw =
+                    smem + pos * SLOT + sub * WT + (tid >> 1) * 128 + (tid & 1) * 64;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const uint4 v = *(const uint4 *)(pw + c * 16);
+                    colsum = __dp4a((int)v.x, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.y, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.z, 0x01010101, colsum);
+                    colsum = __dp4a((int)v.w, 0x01010101, colsum);
+                }
+            }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        pos = pos + 1 == r ? 0 : pos + 1;
+        pos_next = pos_next + 1 == r ? 0 : pos_next + 1;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
+
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++)
+        red[i * 128 + tid] = acc[i];
+    if (azp && (tid & 1) == 0)
+        csred[tid >> 1] = colsum;
+    if (S > 1) {
+        smm_cluster_arrive(); /* every block's sums are stored */
+        smm_cluster_wait();
+    } else {
+        __syncthreads();
+    }
+    int32_t cs[2] = {0, 0};
+    if (rank == 0) {
+        for (unsigned rr = 1; rr < S; rr++) {
+            const int32_t *o = smm_cluster_map(red, rr);
+#pragma unroll
+            for (int i = 0; i < NT / 2; i++)
+                acc[i] += o[i * 128 + tid];
+        }
+        if (azp)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int32_t *const p = csred + 16 * warp + g + 8 * h;
+                cs[h] = *p;
+                for (unsigned rr = 1; rr < S; rr++)
+                    cs[h] += *smm_cluster_map(p, rr);
+            }
+    }
+    if (S > 1) {
+        smm_cluster_arrive(); /* block 0 has read the others' sums */
+        smm_cluster_wait();
+        if (rank != 0)
+            return;
+    }
+
+    /* The thread's elements, finished with their scales (bias, zero
+     * point), all loaded first. */
+    smm_epi_in in[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) {
+        const int j = i >> 2, h = (i >> 1) & 1, c = i & 1;
+        const int64_t m = 8 * j + 2 * q + c, n = n0 + 16 * warp + g + 8 * h;
+        if (m < d.m && n < d.n)
+            in[i] = smm_epi_load(e, m, n);
+    }
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) {
+        const int j = i >> 2, h = (i >> 1) & 1, c = i & 1;
+        const int64_t m = 8 * j + 2 * q + c, n = n0 + 16 * warp + g + 8 * h;
+        if (m < d.m && n < d.n)
+            smm_epi_store_in(e, m, n, acc[i], cs[h], in[i]);
+    }
+#else
+    __shared__ int smm_no_ring[4];
+    if (d.m < 0)
+        ((volatile int *)smm_no_ring)[threadIdx.x & 3] = r + slots_per + (int)e.ldc;
+#endif
+}
+
 #endif /* SMM_GPU_NVIDIA */
 
 /* ------------------------------------------------------------------ */
@@ -2109,8 +2368,9 @@ static bool smm_wgmma_allowed(void)
 static int smm_decode_force_g = 0, smm_decode_force_s = 0;
 
 /* Also the self-test's: 1 forces the mma.sync decode kernel, 2 the
- * tensor-copy one (sm_90a), 0 leaves the choice to the launcher; a nonzero
- * smm_decode_force_stages forces the latter's stage count (2 to 16). */
+ * tensor-copy one (sm_90a), 3 the ring one (sm_90a), 0 leaves the choice
+ * to the launcher; a nonzero smm_decode_force_stages forces the tensor-copy
+ * kernel's stage count (2 to 16) or the ring kernel's slots (3 to 8). */
 static int smm_decode_force_kind = 0, smm_decode_force_stages = 0;
 
 /* Also the self-test's: 1 takes the decode kernel's shared-memory form
@@ -2421,6 +2681,133 @@ static gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_para
     }
 }
 
+/* Launches of the ring decode kernel so far (the self-test checks that
+ * forced ones ran). */
+static unsigned long smm_decode_ring_launches = 0;
+
+/* Whether the ring decode kernel the driver loaded is the sm_90a one (as
+ * smm_have_wgmma), read once per device. */
+static bool smm_have_ring(void)
+{
+    static signed char cache[64];
+
+    const int dev = smm_cache_dev();
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        bool ok = cudaFuncGetAttributes(&attr, smm_decode_ring_kernel<8, 1, false>) == cudaSuccess &&
+                  attr.sharedSizeBytes == 0;
+        (void)cudaGetLastError();
+        cache[dev] = ok ? 1 : -1;
+    }
+    return cache[dev] > 0;
+}
+
+template <int NT, int S, bool AZP>
+static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params &e,
+                                     int64_t blocks, int r, int slots_per, gpuStream_t stream)
+{
+    static bool attr_set[64]; /* per device: the attribute is per context */
+    auto kern = smm_decode_ring_kernel<NT, S, AZP>;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[2];
+
+    const int dev = smm_cache_dev();
+    if (!attr_set[dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smm_ring_smem(NT, SMM_RING_MAX));
+        if (err != gpuSuccess)
+            return err;
+        attr_set[dev] = true;
+    }
+    memset(&cfg, 0, sizeof cfg);
+    memset(at, 0, sizeof at);
+    cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+    cfg.blockDim = dim3(128, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smm_ring_smem(NT, r);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = S;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = S > 1 ? at : at + 1;
+    cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
+    gpuError_t err = cudaLaunchKernelEx(&cfg, kern, d, e, r, slots_per);
+    if (err != gpuSuccess && d.pdl) {
+        cfg.numAttrs = S > 1 ? 1 : 0;
+        if (cudaLaunchKernelEx(&cfg, kern, d, e, r, slots_per) == gpuSuccess) {
+            (void)gpuGetLastError();
+            smm_decode_pdl_off = 1;
+            err = gpuSuccess;
+        }
+    }
+    if (err == gpuSuccess)
+        smm_decode_ring_launches++;
+    return err;
+}
+
+template <int NT>
+static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
+                                    int s, int r, int slots_per, gpuStream_t stream)
+{
+    if (e.azp != NULL)
+        return s == 4 ? smm_launch_ring_ns<NT, 4, true>(d, e, rt * 4, r, slots_per, stream)
+               : s == 2 ? smm_launch_ring_ns<NT, 2, true>(d, e, rt * 2, r, slots_per, stream)
+                        : smm_launch_ring_ns<NT, 1, true>(d, e, rt, r, slots_per, stream);
+    return s == 4 ? smm_launch_ring_ns<NT, 4, false>(d, e, rt * 4, r, slots_per, stream)
+           : s == 2 ? smm_launch_ring_ns<NT, 2, false>(d, e, rt * 2, r, slots_per, stream)
+                    : smm_launch_ring_ns<NT, 1, false>(d, e, rt, r, slots_per, stream);
+}
+
+/* The blocks per cluster of the ring decode kernel for rt 64-row blocks:
+ * two (half of K each) where that still leaves at most one block per SM,
+ * else one. */
+static int smm_ring_split(int64_t rt, int sms)
+{
+    return 2 * rt <= (int64_t)sms ? 2 : 1;
+}
+
+/* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
+ * multiples of 16, K > 0, sizes below 2^31); *done false: nothing
+ * launched. Measured on an H200 (stream launches, B static, weights
+ * rotating over 256 MiB, an experiment program with the kernel's loop and
+ * a scaled bf16 store, M = 32, us per launch): one block per SM, six slots
+ * (o, N = K = 4096, two blocks per cluster: 7.43; qkv, N = 6144, one: 9.29;
+ * down, N = 4096, K = 14336, two: 17.86) against four slots and two
+ * blocks per SM (8.4-9.7, 12.5, 28.6); with more blocks than SMs four
+ * slots (gate_up, N = 28672: 32.9 against 37.2 with six); four blocks per
+ * cluster, 128-byte slots and eight or more slots were slower. */
+static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
+                                         int sms, gpuStream_t stream, bool *done)
+{
+    const int nt = d.m <= 8 ? 8 : d.m <= 16 ? 16 : 32;
+    const int64_t rt = (d.n + SMM_RING_BR - 1) / SMM_RING_BR;
+    const int64_t nslot = (d.k + 255) / 256;
+
+    *done = false;
+    if (d.k <= 0 || d.n >= INT32_MAX || d.k >= INT32_MAX || rt * 4 > INT32_MAX ||
+        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 ||
+        (d.m > 1 && (d.lda % 16 != 0 || d.lda < d.k)) ||
+        (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)))
+        return gpuSuccess;
+    int s = smm_ring_split(rt, sms);
+    if (smm_decode_force_s > 0)
+        s = smm_decode_force_s;
+    if (s > nslot)
+        s = nslot >= 2 ? 2 : 1;
+    const int slots_per = (int)((nslot + s - 1) / s);
+    int r = (rt * s + sms - 1) / sms <= 1 ? 6 : 4;
+    if (smm_decode_force_stages > 0)
+        r = smm_decode_force_stages;
+    r = r > SMM_RING_MAX ? SMM_RING_MAX : r;
+    r = r > slots_per + 2 ? slots_per + 2 : r;
+    r = r < 3 ? 3 : r;
+    *done = true;
+    return nt == 8 ? smm_launch_ring_n<8>(d, e, rt, s, r, slots_per, stream)
+           : nt == 16 ? smm_launch_ring_n<16>(d, e, rt, s, r, slots_per, stream)
+                      : smm_launch_ring_n<32>(d, e, rt, s, r, slots_per, stream);
+}
+
 /* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
  * (fewer re-reads of the tokens) and the blocks per cluster (enough blocks
  * for the SMs when N is small), then launches smm_decode_kernel. */
@@ -2439,6 +2826,7 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * below); four groups (fewer registers for loads in flight) and the
      * other clusters were slower or no faster on those shapes. */
     const bool sm90 = smm_decode_have_cluster(cc); /* clusters and the wait */
+    const int16_t b_static = d.b_static; /* as the caller gave it */
     int g = tg > 1 && nb2 >= (int64_t)sms && (tg > 2 || nb2 <= 2 * (int64_t)sms) ? 2 : 1;
     int s = 1;
 
@@ -2520,6 +2908,23 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * split of K (gate_up, N = 28672, M = 32: 3220-3250 against 2650-2690
      * GB/s) and
      * slower on the smaller layers (N = 4096 and 6144: 10-50%). */
+    /* The ring decode kernel runs only when forced (the self-test's kind
+     * 3) so far. In an experiment program its loop with a plain bf16
+     * store reached, on an H200 (stream launches, B static, weights
+     * rotating over 256 MiB, M = 32, us per launch): o (N = K = 4096) 7.43,
+     * qkv (N = 6144) 9.29, against 8.36 and 11.00 for this launcher's
+     * choice; in the library, with the contract's epilogue, 8.75 and 11.04
+     * (gate_up, N = 28672: 35.4 against 36.9 for the tensor-copy kernel;
+     * down, N = 4096, K = 14336: 19.2 against 20.6). Its epilogue costs
+     * 1.0-1.4 us there (doc/performance.md). */
+    if (smm_decode_force_kind == 3 && cc == 90 && smm_have_ring()) {
+        smm_mm_dims dr = d;
+        dr.b_static = b_static;
+        bool done = false;
+        gpuError_t err = smm_launch_decode_ring(dr, e, sms, stream, &done);
+        if (done || err != gpuSuccess)
+            return err;
+    }
     const bool dtma = smm_decode_force_kind == 2 ||
                       (smm_decode_force_kind == 0 && d.m > 16 && smm_wgmma_allowed() &&
                        smm_tma_allowed() &&
