@@ -2773,10 +2773,11 @@ static int smm_ring_split(int64_t rt, int sms)
  * rotating over 256 MiB, an experiment program with the kernel's loop and
  * a scaled bf16 store, M = 32, us per launch): one block per SM, six slots
  * (o, N = K = 4096, two blocks per cluster: 7.43; qkv, N = 6144, one: 9.29;
- * down, N = 4096, K = 14336, two: 17.86) against four slots and two
- * blocks per SM (8.4-9.7, 12.5, 28.6); with more blocks than SMs four
+ * down, N = 4096, K = 14336, two: 17.86) against four slots, two blocks
+ * per SM (o 8.39 with two per cluster, qkv 12.48 with one, down 28.64
+ * with one); with more blocks than SMs four
  * slots (gate_up, N = 28672: 32.9 against 37.2 with six); four blocks per
- * cluster, 128-byte slots and eight or more slots were slower. */
+ * cluster and 128-byte slots were slower, more than six slots no faster. */
 static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
                                          int sms, gpuStream_t stream, bool *done)
 {
