@@ -20,7 +20,7 @@
  *   /tmp/gpu-gemm-selftest --launch-cost   # host queueing cost against
  *                                          # time per decode launch, and
  *                                          # each decode kernel forced
- *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096
+ *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096 [KIND]
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
  *   SMM_TEST_SEED=1234 /tmp/gpu-gemm-selftest --no-bench   # replay a seed
@@ -1396,10 +1396,12 @@ static void run_decode_sweep(void)
     decode_bufs_free(bufs);
 }
 
-/* --decode-one M N K: 20 plain launches of one problem (bf16 out, the
- * launcher's choice), for a profiler. */
-static void run_decode_one(int64_t m, int64_t n, int64_t k)
+/* --decode-one M N K [KIND]: 20 plain launches of one problem (bf16 out,
+ * the launcher's choice, or with KIND 1, 2 or 3 the mma.sync, tensor-copy
+ * or ring decode kernel forced), for a profiler. */
+static void run_decode_one(int64_t m, int64_t n, int64_t k, int kind)
 {
+    smm_decode_force_kind = kind;
     decode_bufs d = decode_bufs_alloc(m, n, k, n * k);
     smm_mm_problem q = decode_problem(m, n, k, d.a, d.b, d.sa, d.sb, d.c);
 
@@ -1487,11 +1489,16 @@ int main(int argc, char **argv)
             run_launch_cost();
             return 0;
         } else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
-            run_decode_one(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]));
+            const int kind = i + 4 < argc ? atoi(argv[i + 4]) : 0;
+            if (kind < 0 || kind > 3) {
+                fprintf(stderr, "--decode-one: KIND is 0 to 3\n");
+                return 2;
+            }
+            run_decode_one(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]), kind);
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
-                            "--launch-cost | --decode-one M N K]\n", argv[0]);
+                            "--launch-cost | --decode-one M N K [KIND]]\n", argv[0]);
             return 2;
         }
     }
