@@ -1682,7 +1682,6 @@ smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
 #endif
 }
 
-
 /* ------------------------------------------------------------------ */
 /* NVIDIA sm_90a: ring decode kernel (M <= 32, wgmma, cp.async ring)    */
 /* ------------------------------------------------------------------ */
@@ -2903,12 +2902,6 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
     }
-    /* The tensor-copy kernel reads the tokens a quarter as often per
-     * weight byte at M > 16 (64 rows per block against 32); measured on
-     * an H200 it was faster only with at least three blocks per SM and no
-     * split of K (gate_up, N = 28672, M = 32: 3220-3250 against 2650-2690
-     * GB/s) and
-     * slower on the smaller layers (N = 4096 and 6144: 10-50%). */
     /* The ring decode kernel runs only when forced (the self-test's kind
      * 3) so far. In an experiment program its loop with a plain bf16
      * store reached, on an H200 (stream launches, B static, weights
@@ -2926,6 +2919,12 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         if (done || err != gpuSuccess)
             return err;
     }
+    /* The tensor-copy kernel reads the tokens a quarter as often per
+     * weight byte at M > 16 (64 rows per block against 32); measured on
+     * an H200 it was faster only with at least three blocks per SM and no
+     * split of K (gate_up, N = 28672, M = 32: 3220-3250 against 2650-2690
+     * GB/s) and
+     * slower on the smaller layers (N = 4096 and 6144: 10-50%). */
     const bool dtma = smm_decode_force_kind == 2 ||
                       (smm_decode_force_kind == 0 && d.m > 16 && smm_wgmma_allowed() &&
                        smm_tma_allowed() &&
