@@ -2199,22 +2199,29 @@ static gpuError_t smm_launch_mma(const smm_mm_dims &d, const smm_epi_params &e,
 
 #define SMM_WGMMA_STAGES 5
 
+/* Whether the code object the driver loaded for kern on the current device
+ * is the sm_90a one (the sm_90a kernels take only dynamic shared memory,
+ * their stubs for other targets a static array), read once per device into
+ * cache (one array per kernel). */
+template <typename K> static bool smm_sm90a_loaded(K kern, signed char (&cache)[64])
+{
+    const int dev = smm_cache_dev();
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        const bool ok = cudaFuncGetAttributes(&attr, kern) == cudaSuccess &&
+                        attr.sharedSizeBytes == 0;
+        (void)cudaGetLastError();
+        cache[dev] = ok ? 1 : -1;
+    }
+    return cache[dev] > 0;
+}
+
 /* Whether the wgmma kernel the driver loaded for the current device is the
  * sm_90a one (the stub has static shared memory), read once per device. */
 static bool smm_have_wgmma(void)
 {
     static signed char cache[64];
-
-    const int dev = smm_cache_dev();
-    if (cache[dev] == 0) {
-        cudaFuncAttributes attr;
-        bool ok = cudaFuncGetAttributes(&attr, smm_wgmma_kernel<SMM_WGMMA_STAGES, true>) ==
-                      cudaSuccess &&
-                  attr.sharedSizeBytes == 0;
-        (void)cudaGetLastError();
-        cache[dev] = ok ? 1 : -1;
-    }
-    return cache[dev] > 0;
+    return smm_sm90a_loaded(smm_wgmma_kernel<SMM_WGMMA_STAGES, true>, cache);
 }
 
 static gpuError_t smm_launch_wgmma(const smm_mm_dims &d, const smm_epi_params &e,
@@ -2291,16 +2298,7 @@ static bool smm_make_tmap(CUtensorMap *map, const int8_t *base, int64_t rows, in
 static bool smm_have_tma(void)
 {
     static signed char cache[64];
-
-    const int dev = smm_cache_dev();
-    if (cache[dev] == 0) {
-        cudaFuncAttributes attr;
-        bool ok = cudaFuncGetAttributes(&attr, smm_tma_kernel) == cudaSuccess &&
-                  attr.sharedSizeBytes == 0 && smm_tmap_encoder() != NULL;
-        (void)cudaGetLastError();
-        cache[dev] = ok ? 1 : -1;
-    }
-    return cache[dev] > 0;
+    return smm_sm90a_loaded(smm_tma_kernel, cache) && smm_tmap_encoder() != NULL;
 }
 
 /* The TMA kernel when the problem suits it (16-byte aligned, strides
@@ -2402,6 +2400,45 @@ static bool smm_decode_pdl_allowed(void)
     return smm_decode_pdl_env && !smm_decode_pdl_off;
 }
 
+/* Launches a decode kernel: `blocks` blocks of `threads` threads with
+ * `smem` bytes of dynamic shared memory, in clusters of s blocks (s > 1,
+ * sm_90+) and, with pdl, with programmatic stream serialization. A launch
+ * refused with the latter is tried without it; when that one goes
+ * through, the runtime or driver lacks programmatic launches: plain
+ * launches from now on (smm_decode_pdl_off). */
+template <typename... KArgs, typename... Args>
+static gpuError_t smm_launch_decode_ex(void (*kern)(KArgs...), int64_t blocks, int threads,
+                                       size_t smem, int s, bool pdl, gpuStream_t stream,
+                                       Args &&...args)
+{
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[2];
+    memset(&cfg, 0, sizeof cfg);
+    memset(at, 0, sizeof at);
+    cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = s;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = s > 1 ? at : at + 1;
+    cfg.numAttrs = (s > 1 ? 1 : 0) + (pdl ? 1 : 0);
+    gpuError_t err = cudaLaunchKernelEx(&cfg, kern, args...);
+    if (err != gpuSuccess && pdl) {
+        cfg.numAttrs = s > 1 ? 1 : 0;
+        if (cudaLaunchKernelEx(&cfg, kern, args...) == gpuSuccess) {
+            (void)gpuGetLastError(); /* the refused launch's error */
+            smm_decode_pdl_off = 1;
+            err = gpuSuccess;
+        }
+    }
+    return err;
+}
+
 /* The decode kernel's shared-memory form (BS 2) exists for one token
  * group with one row group, and for more token groups with two, without
  * clusters; kernel() is null elsewhere, and max the most steps. */
@@ -2484,39 +2521,11 @@ static gpuError_t smm_launch_decode_tgs(const smm_mm_dims &d, const smm_epi_para
         kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, (size_t)smem, stream>>>(d, e);
         return gpuGetLastError();
     }
-    {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at[2];
-        memset(&cfg, 0, sizeof cfg);
-        memset(at, 0, sizeof at);
-        cfg.gridDim = dim3((unsigned)(nb * S), 1, 1);
-        cfg.blockDim = dim3(SMM_DEC_WARPS * 32, 1, 1);
-        cfg.dynamicSmemBytes = (size_t)smem;
-        cfg.stream = stream;
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = S;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = S > 1 ? at : at + 1;
-        cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
-        gpuError_t err = cudaLaunchKernelEx(&cfg, kern, d, e);
-        if (err != gpuSuccess && d.pdl) {
-            /* Refused with the attribute: try without it. When that
-             * launch goes through, the runtime or driver lacks
-             * programmatic launches: plain launches from now on. */
-            cfg.numAttrs = S > 1 ? 1 : 0;
-            if (cudaLaunchKernelEx(&cfg, kern, d, e) == gpuSuccess) {
-                (void)gpuGetLastError(); /* the refused launch's error */
-                smm_decode_pdl_off = 1;
-                err = gpuSuccess;
-            }
-        }
-        if (err == gpuSuccess && smem > 0)
-            smm_decode_pre_launches++;
-        return err;
-    }
+    gpuError_t err = smm_launch_decode_ex(kern, nb * S, SMM_DEC_WARPS * 32, (size_t)smem, S,
+                                          d.pdl != 0, stream, d, e);
+    if (err == gpuSuccess && smem > 0)
+        smm_decode_pre_launches++;
+    return err;
 }
 
 template <int TG>
@@ -2564,16 +2573,7 @@ static bool smm_decode_have_cluster(int cc)
 static bool smm_have_dtma(void)
 {
     static signed char cache[64];
-
-    const int dev = smm_cache_dev();
-    if (cache[dev] == 0) {
-        cudaFuncAttributes attr;
-        bool ok = cudaFuncGetAttributes(&attr, smm_decode_tma_kernel<8, 1>) == cudaSuccess &&
-                  attr.sharedSizeBytes == 0 && smm_tmap_encoder() != NULL;
-        (void)cudaGetLastError();
-        cache[dev] = ok ? 1 : -1;
-    }
-    return cache[dev] > 0;
+    return smm_sm90a_loaded(smm_decode_tma_kernel<8, 1>, cache) && smm_tmap_encoder() != NULL;
 }
 
 template <int NT, int S>
@@ -2583,8 +2583,6 @@ static gpuError_t smm_launch_dtma_ns(const CUtensorMap &ta, const CUtensorMap &t
 {
     static bool attr_set[64]; /* per device: the attribute is per context */
     auto kern = smm_decode_tma_kernel<NT, S>;
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute at[2];
 
     const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
@@ -2593,29 +2591,9 @@ static gpuError_t smm_launch_dtma_ns(const CUtensorMap &ta, const CUtensorMap &t
             return err;
         attr_set[dev] = true;
     }
-    memset(&cfg, 0, sizeof cfg);
-    memset(at, 0, sizeof at);
-    cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-    cfg.blockDim = dim3(SMM_DTMA_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)smm_dtma_smem(NT, stages);
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = S;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = S > 1 ? at : at + 1;
-    cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
-    gpuError_t err = cudaLaunchKernelEx(&cfg, kern, ta, tb, d, e, stages, kt_per);
-    if (err != gpuSuccess && d.pdl) {
-        cfg.numAttrs = S > 1 ? 1 : 0;
-        if (cudaLaunchKernelEx(&cfg, kern, ta, tb, d, e, stages, kt_per) == gpuSuccess) {
-            (void)gpuGetLastError();
-            smm_decode_pdl_off = 1;
-            err = gpuSuccess;
-        }
-    }
+    gpuError_t err = smm_launch_decode_ex(kern, blocks, SMM_DTMA_THREADS,
+                                          (size_t)smm_dtma_smem(NT, stages), S, d.pdl != 0,
+                                          stream, ta, tb, d, e, stages, kt_per);
     if (err == gpuSuccess)
         smm_decode_tma_launches++;
     return err;
@@ -2689,16 +2667,7 @@ static unsigned long smm_decode_ring_launches = 0;
 static bool smm_have_ring(void)
 {
     static signed char cache[64];
-
-    const int dev = smm_cache_dev();
-    if (cache[dev] == 0) {
-        cudaFuncAttributes attr;
-        bool ok = cudaFuncGetAttributes(&attr, smm_decode_ring_kernel<8, 1, false>) == cudaSuccess &&
-                  attr.sharedSizeBytes == 0;
-        (void)cudaGetLastError();
-        cache[dev] = ok ? 1 : -1;
-    }
-    return cache[dev] > 0;
+    return smm_sm90a_loaded(smm_decode_ring_kernel<8, 1, false>, cache);
 }
 
 template <int NT, int S, bool AZP>
@@ -2707,8 +2676,6 @@ static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params 
 {
     static bool attr_set[64]; /* per device: the attribute is per context */
     auto kern = smm_decode_ring_kernel<NT, S, AZP>;
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute at[2];
 
     const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
@@ -2717,29 +2684,8 @@ static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params 
             return err;
         attr_set[dev] = true;
     }
-    memset(&cfg, 0, sizeof cfg);
-    memset(at, 0, sizeof at);
-    cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-    cfg.blockDim = dim3(128, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)smm_ring_smem(NT, r);
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = S;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = S > 1 ? at : at + 1;
-    cfg.numAttrs = (S > 1 ? 1 : 0) + (d.pdl ? 1 : 0);
-    gpuError_t err = cudaLaunchKernelEx(&cfg, kern, d, e, r, slots_per);
-    if (err != gpuSuccess && d.pdl) {
-        cfg.numAttrs = S > 1 ? 1 : 0;
-        if (cudaLaunchKernelEx(&cfg, kern, d, e, r, slots_per) == gpuSuccess) {
-            (void)gpuGetLastError();
-            smm_decode_pdl_off = 1;
-            err = gpuSuccess;
-        }
-    }
+    gpuError_t err = smm_launch_decode_ex(kern, blocks, 128, (size_t)smm_ring_smem(NT, r), S,
+                                          d.pdl != 0, stream, d, e, r, slots_per);
     if (err == gpuSuccess)
         smm_decode_ring_launches++;
     return err;
