@@ -422,26 +422,21 @@ static void run_case(const case_opts &o)
             CK(cudaGraphDestroy(graph));
         }
         CK(cudaDeviceSynchronize());
-        /* A forced tensor-copy decode launch must have run it when it
-         * can (sm_90a code, aligned rows, K > 0): not the fallback. */
-        if (smm_decode_force_kind == 2 && !smm_force_generic() && smm_have_dtma() &&
-            dtma_capable() && k > 0 && m <= 32 && o.a_off == 0 && o.b_off == 0 &&
-            (m == 1 || o.lda % 16 == 0) && (n == 1 || o.ldb % 16 == 0) &&
-            smm_decode_tma_launches == tma0) {
+        /* A forced tensor-copy (kind 2) or ring (kind 3) decode launch
+         * must have run that kernel when it can (sm_90a code, aligned
+         * rows, K > 0): not the fallback. */
+        const int kind = smm_decode_force_kind;
+        const bool wgmma_kind = (kind == 2 && smm_have_dtma()) || (kind == 3 && smm_have_ring());
+        const bool ran = kind == 2 ? smm_decode_tma_launches != tma0
+                                   : smm_decode_ring_launches != ring0;
+        if (wgmma_kind && !smm_force_generic() && dtma_capable() && k > 0 && m <= 32 &&
+            o.a_off == 0 && o.b_off == 0 && (m == 1 || o.lda % 16 == 0) &&
+            (n == 1 || o.ldb % 16 == 0) && !ran) {
             g_failures++;
-            fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the tensor-copy decode kernel was "
-                            "forced but did not run\n",
-                    (long long)m, (long long)n, (long long)k);
-        }
-        /* The same for the ring decode kernel. */
-        if (smm_decode_force_kind == 3 && !smm_force_generic() && smm_have_ring() &&
-            dtma_capable() && k > 0 && m <= 32 && o.a_off == 0 && o.b_off == 0 &&
-            (m == 1 || o.lda % 16 == 0) && (n == 1 || o.ldb % 16 == 0) &&
-            smm_decode_ring_launches == ring0) {
-            g_failures++;
-            fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the ring decode kernel was forced "
-                            "but did not run\n",
-                    (long long)m, (long long)n, (long long)k);
+            fprintf(stderr, "FAIL m=%lld n=%lld k=%lld: the %s decode kernel was forced but "
+                            "did not run\n",
+                    (long long)m, (long long)n, (long long)k,
+                    kind == 2 ? "tensor-copy" : "ring");
         }
     }
     if (o.late_inputs || o.capture)
