@@ -223,19 +223,48 @@ typedef struct smm_epi_in {
     int32_t z;
 } smm_epi_in;
 
+/* The inputs that depend on the row m alone (scale_a, zero point) into
+ * in->sa and in->z; the rest of *in is left as it is. */
+SMM_DEV void smm_epi_load_row(const smm_epi_params &e, int64_t m, smm_epi_in *in)
+{
+    in->sa = 0.0f;
+    in->z = 0;
+    if (e.c_dtype == SMM_DTYPE_I32)
+        return;
+    in->sa = e.scale_a_per_row ? e.scale_a[m] : e.scale_a[0];
+    if (e.azp != NULL)
+        in->z = e.azp_per_row ? e.azp[m] : e.azp[0];
+}
+
+/* The inputs that depend on the column n alone (scale_b, bias) into
+ * in->sb and in->bias; the rest of *in is left as it is. */
+SMM_DEV void smm_epi_load_col(const smm_epi_params &e, int64_t n, smm_epi_in *in)
+{
+    in->sb = in->bias = 0.0f;
+    if (e.c_dtype == SMM_DTYPE_I32)
+        return;
+    in->sb = e.scale_b_per_col ? e.scale_b[n] : e.scale_b[0];
+    if (e.bias != NULL)
+        in->bias = e.bias[n];
+}
+
 SMM_DEV smm_epi_in smm_epi_load(const smm_epi_params &e, int64_t m, int64_t n)
 {
     smm_epi_in in;
-    in.sa = in.sb = in.bias = 0.0f;
-    in.z = 0;
-    if (e.c_dtype == SMM_DTYPE_I32)
-        return in;
-    in.sa = e.scale_a_per_row ? e.scale_a[m] : e.scale_a[0];
-    in.sb = e.scale_b_per_col ? e.scale_b[n] : e.scale_b[0];
-    if (e.bias != NULL)
-        in.bias = e.bias[n];
-    if (e.azp != NULL)
-        in.z = e.azp_per_row ? e.azp[m] : e.azp[0];
+    smm_epi_load_row(e, m, &in);
+    smm_epi_load_col(e, n, &in);
+    return in;
+}
+
+/* Element (m, n)'s inputs from row m's (smm_epi_load_row) and column
+ * n's (smm_epi_load_col). */
+SMM_DEV smm_epi_in smm_epi_join(const smm_epi_in &row, const smm_epi_in &col)
+{
+    smm_epi_in in;
+    in.sa = row.sa;
+    in.z = row.z;
+    in.sb = col.sb;
+    in.bias = col.bias;
     return in;
 }
 

@@ -1822,6 +1822,19 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     for (int sl = 0; sl < r - 2; sl++)
         copy(sl, sl, false, true);
     smm_cp_async_commit();
+    /* The scales (bias, zero point) of the thread's elements, loaded
+     * here, after the wait (the kernel ahead may write them), so that the
+     * loop hides their latency: rows 8 j + 2 q + c (rin[2 j + c]) and
+     * columns n0 + 16 w + g + 8 h (cin[h]) of warp w, clamped into C
+     * (elements outside C are not stored). */
+    smm_epi_in rin[NT / 4], cin[2];
+#pragma unroll
+    for (int jc = 0; jc < NT / 4; jc++)
+        smm_epi_load_row(e, min((int64_t)(8 * (jc >> 1) + 2 * q + (jc & 1)), d.m - 1),
+                         &rin[jc]);
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        smm_epi_load_col(e, min(n0 + 16 * warp + g + 8 * h, d.n - 1), &cin[h]);
 
     /* Warp w holds weight rows 16 w + g (+ 8), register 4 j + 2 h + c
      * being row 16 w + g + 8 h, token 8 j + 2 q + c. */
@@ -1911,22 +1924,13 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
             return;
     }
 
-    /* The thread's elements, finished with their scales (bias, zero
-     * point), all loaded first. */
-    smm_epi_in in[NT / 2];
+    /* The thread's elements. */
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
         const int j = i >> 2, h = (i >> 1) & 1, c = i & 1;
         const int64_t m = 8 * j + 2 * q + c, n = n0 + 16 * warp + g + 8 * h;
         if (m < d.m && n < d.n)
-            in[i] = smm_epi_load(e, m, n);
-    }
-#pragma unroll
-    for (int i = 0; i < NT / 2; i++) {
-        const int j = i >> 2, h = (i >> 1) & 1, c = i & 1;
-        const int64_t m = 8 * j + 2 * q + c, n = n0 + 16 * warp + g + 8 * h;
-        if (m < d.m && n < d.n)
-            smm_epi_store_in(e, m, n, acc[i], cs[h], in[i]);
+            smm_epi_store_in(e, m, n, acc[i], cs[h], smm_epi_join(rin[2 * j + c], cin[h]));
     }
 #else
     __shared__ int smm_no_ring[4];
