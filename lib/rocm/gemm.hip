@@ -252,6 +252,14 @@ SMM_DEV void smm_cp_async16(uint32_t dst, const void *src, int src_bytes)
 #endif
 }
 
+/* The same, all 16 bytes read. */
+SMM_DEV void smm_cp_async16_full(uint32_t dst, const void *src)
+{
+#if defined(SMM_HAVE_MMA)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+#endif
+}
+
 SMM_DEV void smm_cp_async_commit()
 {
 #if defined(SMM_HAVE_MMA)
@@ -1190,6 +1198,20 @@ SMM_DEV uint64_t smm_wgmma_desc128(uint32_t addr)
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* The same descriptor from its low word, smm_wgmma_desc128_lo(addr) (a
+ * shared-memory address below 256 KiB: the low word of the descriptor of
+ * addr + 16 i is that of addr plus i, so a loop can step it with one
+ * 32-bit add). */
+SMM_DEV uint32_t smm_wgmma_desc128_lo(uint32_t addr)
+{
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+
+SMM_DEV uint64_t smm_wgmma_desc128_of(uint32_t lo)
+{
+    return (uint64_t)lo | ((uint64_t)((1024 >> 4) | (1u << 30)) << 32);
+}
+
 #define SMM_TMA_STAGES 4
 #define SMM_TMA_STG_LD 36 /* int32 per row of a warp's 16 x 32 epilogue slice */
 #define SMM_TMA_SMEM                                                                       \
@@ -1778,12 +1800,31 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     for (int j = 0; j < XJ; j++)
         xp[j] = d.a + min((int64_t)(r0 + 16 * j), d.m - 1) * d.lda + s0 * 256 + u * 16;
     const int kleft = (int)(d.k - s0 * 256) - u * 16; /* K bytes from piece u of slot 0 */
+    /* Slots 0 .. nfull - 1 lie wholly inside K. */
+    const int nfull = (int)min((int64_t)ns, max(d.k - s0 * 256, (int64_t)0) / 256);
     /* Slot sl (0 .. ns - 1) of this block's share into ring slot pos: its
      * weights (w), its tokens (x). */
     auto copy = [&](int sl, int pos, bool w, bool x) {
         if (sl >= ns)
             return;
         const uint32_t st = base + pos * SLOT;
+        if (sl < nfull) {
+            const int64_t off = (int64_t)sl * 256;
+#pragma unroll
+            for (int sub = 0; sub < SMM_RING_SUB; sub++) {
+                if (w)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        smm_cp_async16_full(st + sub * WT + poff + j * 2048,
+                                            wp[j] + off + sub * 128);
+                if (x && (NT >= 16 || tid < 64))
+#pragma unroll
+                    for (int j = 0; j < XJ; j++)
+                        smm_cp_async16_full(st + SMM_RING_SUB * WT + sub * XT + poff + j * 2048,
+                                            xp[j] + off + sub * 128);
+            }
+            return;
+        }
 #pragma unroll
         for (int sub = 0; sub < SMM_RING_SUB; sub++) {
             const int off = sl * 256 + sub * 128, kl = kleft - off;
@@ -1844,6 +1885,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
         acc[i] = 0;
     int32_t colsum = 0; /* half (tid & 1) of weight row tid / 2 */
     int pos = 0, pos_next = r - 2; /* ring slots of slot i and slot i + r - 2 */
+    const uint32_t dlo = smm_wgmma_desc128_lo(base);
     for (int i = 0; i < ns; i++) {
         if (i == 0)
             smm_cp_async_wait<0>();
@@ -1856,14 +1898,15 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
         __syncthreads();
         copy(i + r - 2, pos_next, true, true);
         smm_cp_async_commit();
-        const uint32_t sw = base + pos * SLOT, sx = sw + SMM_RING_SUB * WT;
+        /* The descriptors' low words, stepped by 16-byte units. */
+        const uint32_t dw = dlo + pos * (SLOT / 16), dx = dw + SMM_RING_SUB * WT / 16;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int sub = 0; sub < SMM_RING_SUB; sub++)
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                smm_wgmma_64xNx32<NT>(acc, smm_wgmma_desc128(sw + sub * WT + 32 * kk),
-                                      smm_wgmma_desc128(sx + sub * XT + 32 * kk), 1);
+                smm_wgmma_64xNx32<NT>(acc, smm_wgmma_desc128_of(dw + (sub * WT + 32 * kk) / 16),
+                                      smm_wgmma_desc128_of(dx + (sub * XT + 32 * kk) / 16), 1);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         if (azp) {
             /* Half of the row's 16-byte pieces in each k-tile (swizzled
