@@ -17,9 +17,13 @@
  *   /tmp/gpu-gemm-selftest --decode-sweep  # every decode kernel variant
  *                                          # at M = 1, 16, 32, and the
  *                                          # cost of its parts
- *   /tmp/gpu-gemm-selftest --launch-cost   # host queueing cost against
+ *   /tmp/gpu-gemm-selftest --launch-cost [raw]
+ *                                          # host queueing cost against
  *                                          # time per decode launch, and
  *                                          # each decode kernel forced
+ *                                          # (raw: B not static)
+ *   /tmp/gpu-gemm-selftest --ring-sweep    # the ring decode kernel's
+ *                                          # splits and slot counts
  *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096 [KIND]
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
@@ -1406,16 +1410,17 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kind)
     decode_bufs_free(d);
 }
 
-/* --launch-cost: the host's cost of queueing decode launches on a stream
- * (B static, weights rotating over at least 256 MiB, as the library's
- * bench runs them): microseconds per launch for queueing 2000 launches,
- * and per launch until the stream is done; median of 5 runs. When the
+/* --launch-cost [raw]: the host's cost of queueing decode launches on a
+ * stream (B static, or with raw B not, weights rotating over at least
+ * 256 MiB, as the library's bench runs them): microseconds per launch
+ * for queueing 2000 launches, and per launch until the stream is done, at
+ * M = 1, 8, 16, 24, 32; median of 5 runs. When the
  * two are about equal the launches are host-bound: the GPU waits for the
  * host, and what the GPU could overlap between launches it cannot. */
-static void run_launch_cost(void)
+static void run_launch_cost(bool b_static)
 {
     const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
-    const int64_t ms[] = {1, 16, 32};
+    const int64_t ms[] = {1, 8, 16, 24, 32};
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
     const int launches = 2000;
     decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
@@ -1425,12 +1430,13 @@ static void run_launch_cost(void)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
     printf("launch cost, us per launch (queue: the host's loop of %d launches; total: until "
-           "the stream is done), B static, median of 5; _r: the decode kernel's register "
+           "the stream is done), B %s, median of 5; _r: the decode kernel's register "
            "form; _m: the mma.sync decode kernel (its own forms); _g: the ring decode kernel\n"
            "%-3s %-6s %-6s %9s %9s %9s %9s %9s %9s\n",
-           launches, "M", "N", "K", "queue", "total", "queue_r", "total_r", "total_m", "total_g");
+           launches, b_static ? "static" : "raw (not static)", "M", "N", "K", "queue", "total",
+           "queue_r", "total_r", "total_m", "total_g");
     for (int si = 0; si < 4; si++)
-        for (int mi = 0; mi < 3; mi++) {
+        for (int mi = 0; mi < 5; mi++) {
             const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
@@ -1444,7 +1450,7 @@ static void run_launch_cost(void)
                     const auto t0 = std::chrono::steady_clock::now();
                     for (int l = 0; l < launches; l++) {
                         q.b = b + (int64_t)(l % copies) * wb;
-                        CK(smm_gpu_launch_mm(&q, true, st));
+                        CK(smm_gpu_launch_mm(&q, b_static, st));
                     }
                     const auto t1 = std::chrono::steady_clock::now();
                     CK(cudaStreamSynchronize(st));
@@ -1467,6 +1473,62 @@ static void run_launch_cost(void)
     decode_bufs_free(bufs);
 }
 
+/* --ring-sweep: the ring decode kernel forced with each split of K (1, 2,
+ * 4 blocks per cluster) and ring slots (3, 4, 5, 6, 8), against the
+ * launcher's choice (first column), on the four layers at M = 16 and 32:
+ * us per launch until the stream is done (2000 stream launches, B static,
+ * weights rotating over at least 256 MiB), median of 5. */
+static void run_ring_sweep(void)
+{
+    const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
+    const int64_t ms[] = {16, 32};
+    const int splits[] = {1, 2, 4}, slots[] = {3, 4, 5, 6, 8};
+    const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
+    const int launches = 2000;
+    decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
+    cudaStream_t st;
+
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    printf("ring sweep, us per launch (%d stream launches, B static, median of 5); "
+           "columns: the launcher's choice, then s<blocks per cluster>r<slots>\n%-3s %-6s %-6s %7s",
+           launches, "M", "N", "K", "auto");
+    for (int si = 0; si < 3; si++)
+        for (int ri = 0; ri < 5; ri++)
+            printf("   s%dr%d", splits[si], slots[ri]);
+    printf("\n");
+    for (int li = 0; li < 4; li++)
+        for (int mi = 0; mi < 2; mi++) {
+            const int64_t m = ms[mi], n = shapes[li][0], k = shapes[li][1], wb = n * k;
+            const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
+            printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
+            for (int col = 0; col < 16; col++) {
+                std::vector<double> tt;
+                smm_decode_force_kind = col == 0 ? 0 : 3;
+                smm_decode_force_s = col == 0 ? 0 : splits[(col - 1) / 5];
+                smm_decode_force_stages = col == 0 ? 0 : slots[(col - 1) % 5];
+                for (int r = 0; r < 6; r++) {
+                    smm_mm_problem q =
+                        decode_problem(m, n, k, bufs.a, bufs.b, bufs.sa, bufs.sb, bufs.c);
+                    const auto t0 = std::chrono::steady_clock::now();
+                    for (int l = 0; l < launches; l++) {
+                        q.b = bufs.b + (int64_t)(l % copies) * wb;
+                        CK(smm_gpu_launch_mm(&q, true, st));
+                    }
+                    CK(cudaStreamSynchronize(st));
+                    const auto t1 = std::chrono::steady_clock::now();
+                    if (r > 0)
+                        tt.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
+                }
+                printf(" %7.2f", median(tt) * 1e6);
+                fflush(stdout);
+            }
+            printf("\n");
+        }
+    smm_decode_force_kind = smm_decode_force_s = smm_decode_force_stages = 0;
+    cudaStreamDestroy(st);
+    decode_bufs_free(bufs);
+}
+
 int main(int argc, char **argv)
 {
     int bench = 1, tests = 1, sweep = 0;
@@ -1481,7 +1543,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--decode-sweep"))
             sweep = 1, tests = 0, bench = 0;
         else if (!strcmp(argv[i], "--launch-cost")) {
-            run_launch_cost();
+            const bool raw = i + 1 < argc && !strcmp(argv[i + 1], "raw");
+            run_launch_cost(!raw);
+            return 0;
+        } else if (!strcmp(argv[i], "--ring-sweep")) {
+            run_ring_sweep();
             return 0;
         } else if (!strcmp(argv[i], "--decode-one") && i + 3 < argc) {
             const int kind = i + 4 < argc ? atoi(argv[i + 4]) : 0;
@@ -1493,7 +1559,8 @@ int main(int argc, char **argv)
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
-                            "--launch-cost | --decode-one M N K [KIND]]\n", argv[0]);
+                            "--launch-cost [raw] | --ring-sweep | --decode-one M N K [KIND]]\n",
+                    argv[0]);
             return 2;
         }
     }

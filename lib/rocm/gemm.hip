@@ -1932,15 +1932,16 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
 
+    if (S > 1)
 #pragma unroll
-    for (int i = 0; i < NT / 2; i++)
-        red[i * 128 + tid] = acc[i];
+        for (int i = 0; i < NT / 2; i++)
+            red[i * 128 + tid] = acc[i];
     if (azp && (tid & 1) == 0)
         csred[tid >> 1] = colsum;
     if (S > 1) {
         smm_cluster_arrive(); /* every block's sums are stored */
         smm_cluster_wait();
-    } else {
+    } else if (azp) {
         __syncthreads();
     }
     int32_t cs[2] = {0, 0};
@@ -2761,15 +2762,18 @@ static int smm_ring_split(int64_t rt, int sms)
 
 /* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
  * multiples of 16, K > 0, sizes below 2^31); *done false: nothing
- * launched. Measured on an H200 (stream launches, B static, weights
- * rotating over 256 MiB, an experiment program with the kernel's loop and
- * a scaled bf16 store, M = 32, us per launch): one block per SM, six slots
- * (o, N = K = 4096, two blocks per cluster: 7.43; qkv, N = 6144, one: 9.29;
- * down, N = 4096, K = 14336, two: 17.86) against four slots, two blocks
- * per SM (o 8.39 with two per cluster, qkv 12.48 with one, down 28.64
- * with one); with more blocks than SMs four
- * slots (gate_up, N = 28672: 32.9 against 37.2 with six); four blocks per
- * cluster and 128-byte slots were slower, more than six slots no faster. */
+ * launched. Measured on an H200 (gpu-gemm-selftest --ring-sweep: stream
+ * launches, B static, weights rotating over 256 MiB, us per launch,
+ * M = 32 / M = 16): with at most one block per SM the more slots the
+ * faster (o, N = K = 4096, two blocks per cluster: 3 slots 11.73 / 10.21,
+ * 4 9.78 / 7.94, 6 8.37 / 6.88, 8 8.00 / 6.66; qkv, N = 6144, one:
+ * 6 10.54 / 9.11, 8 10.07 / 8.65; down, N = 4096, K = 14336, two:
+ * 6 18.69 / 16.93, 8 18.18 / 16.71); with more blocks than SMs (gate_up,
+ * N = 28672, one per cluster) the most slots with which two blocks share
+ * an SM (M = 32: 4 slots 34.76, 5 (one block per SM) 43.61, 3 40.95;
+ * M = 16: 5 30.85, 4 31.60, 6 37.27). Splits that leave more blocks than
+ * SMs were slower (qkv two per cluster 11.56 at best, o and qkv four per
+ * cluster 12.35 and 14.67 at best). */
 static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
                                          int sms, gpuStream_t stream, bool *done)
 {
@@ -2789,7 +2793,13 @@ static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_par
     if (s > nslot)
         s = nslot >= 2 ? 2 : 1;
     const int slots_per = (int)((nslot + s - 1) / s);
-    int r = (rt * s + sms - 1) / sms <= 1 ? 6 : 4;
+    /* One block per SM: the most slots; more: the most that let two
+     * blocks share an SM (228 KiB of shared memory, 1 KiB of it the
+     * system's per block). */
+    int r = SMM_RING_MAX;
+    if (rt * s > sms)
+        while (r > 3 && 2 * (smm_ring_smem(nt, r) + 1024) > 228 * 1024)
+            r--;
     if (smm_decode_force_stages > 0)
         r = smm_decode_force_stages;
     r = r > SMM_RING_MAX ? SMM_RING_MAX : r;
