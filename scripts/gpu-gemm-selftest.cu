@@ -70,7 +70,9 @@
  *   - first of all, each launcher path used for the first time inside a
  *     stream capture (the strictest mode) and the CUDA graph replayed
  *     twice, with late inputs in some (the writers and the GEMM joined by
- *     programmatic edges in the graph).
+ *     programmatic edges in the graph);
+ *   - the kernels' float -> bfloat16 conversion (an instruction on sm_90)
+ *     against epilogue.h's integer form on all 2^32 binary32 patterns.
  * Benchmark (stdout, one line per point): the Llama-3.1-8B layer shapes
  * (N, K) = (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336) at
  * M = 1, 16, 32, 2048, 4096, 8192 with bf16 output (per-token scale_a,
@@ -276,6 +278,46 @@ __global__ void slow_copy_kernel(int8_t *dst, const int8_t *src, int64_t n, long
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = src[i];
+}
+
+/* Every binary32 bit pattern through the kernels' float -> bfloat16
+ * conversion (smm_epi_f32_to_bf16: one instruction on sm_90) and through
+ * epilogue.h's integer form (which tests/check_gpu_convert.c keeps equal
+ * to lib/convert.c's): the count of differences, the smallest pattern
+ * that differs. */
+__global__ void bf16_every_pattern_kernel(unsigned long long *bad, unsigned *first)
+{
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const float x = __uint_as_float((uint32_t)i);
+        if (smm_epi_f32_to_bf16(x) != smm_epi_f32_to_bf16_int(x)) {
+            atomicAdd(bad, 1ull);
+            atomicMin(first, (unsigned)i);
+        }
+    }
+}
+
+static void run_bf16_check(void)
+{
+    unsigned long long *bad = NULL, nbad = 0;
+    unsigned *first = NULL, first_h = 0xFFFFFFFFu;
+
+    CK(cudaMalloc(&bad, sizeof *bad));
+    CK(cudaMalloc(&first, sizeof *first));
+    CK(cudaMemcpy(bad, &nbad, sizeof nbad, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(first, &first_h, sizeof first_h, cudaMemcpyHostToDevice));
+    bf16_every_pattern_kernel<<<1024, 256>>>(bad, first);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&first_h, first, sizeof first_h, cudaMemcpyDeviceToHost));
+    CK(cudaFree(bad));
+    CK(cudaFree(first));
+    g_cases++;
+    if (nbad != 0) {
+        g_failures++;
+        fprintf(stderr, "FAIL: the device's bf16 conversion differs from the integer form "
+                        "on %llu binary32 patterns (first 0x%08X)\n", nbad, first_h);
+    }
 }
 
 /* Whether this device runs the tensor-copy decode kernel (compute
@@ -668,6 +710,9 @@ static void run_tests(void)
                             "kernel\n", smm_decode_ring_launches - ring0);
         }
     }
+
+    fprintf(stderr, "bf16 conversion, every binary32 bit pattern\n");
+    run_bf16_check();
 
     fprintf(stderr, "small M (1..33), K 0..130, N tails\n");
     for (it = 0; it < 400; it++)

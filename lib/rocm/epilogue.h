@@ -97,8 +97,9 @@ SMM_HD uint16_t smm_epi_f32_to_f16(float x)
     }
 }
 
-/* binary32 -> bfloat16 bits: round to nearest even, any NaN -> 0x7FFF. */
-SMM_HD uint16_t smm_epi_f32_to_bf16(float x)
+/* binary32 -> bfloat16 bits: round to nearest even, any NaN -> 0x7FFF;
+ * integer operations only. */
+SMM_HD uint16_t smm_epi_f32_to_bf16_int(float x)
 {
     const uint32_t u = smm_epi_f32_bits(x);
     uint32_t upper = u >> 16;
@@ -109,6 +110,21 @@ SMM_HD uint16_t smm_epi_f32_to_bf16(float x)
     if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u)))
         upper += 1u;
     return (uint16_t)upper;
+}
+
+/* The same conversion; on NVIDIA sm_90 one instruction, cvt.rn.bf16.f32
+ * (round to nearest even, subnormals kept without .ftz, the canonical
+ * NaN 0x7FFF for any NaN), which scripts/gpu-gemm-selftest.cu compares
+ * with the integer form on every binary32 bit pattern. */
+SMM_HD uint16_t smm_epi_f32_to_bf16(float x)
+{
+#if defined(SMM_GPU_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+#else
+    return smm_epi_f32_to_bf16_int(x);
+#endif
 }
 
 /* binary32 as stored: any NaN -> 0x7FFFFFFF. */
