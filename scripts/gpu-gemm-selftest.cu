@@ -37,7 +37,7 @@
  *
  * The sm_90a code object carries the TMA and wgmma kernels (large M on
  * H100/H200), the tensor-copy decode kernel and the ring decode kernel
- * (run only when forced); without it the mma.sync kernels run everywhere.
+ * (M = 9..16 and 25..32); without it the mma.sync kernels run everywhere.
  *
  * -ffp-contract=off matters: the host reference must not fuse t = f * sb
  * into the following multiply.
@@ -655,15 +655,19 @@ static void run_tests(void)
     fprintf(stderr, "captured into CUDA graphs and replayed (each launcher path first used "
                     "inside a capture)\n");
     {
-        /* M, N, K, B static, late A (and B): the decode kernel's
-         * shared-memory form with one and with two row groups, its register
-         * form, the plain decode kernel with a late B, the tensor-copy
-         * decode kernel (N >= 3 x 64 x 132), the large-M kernels (TMA
-         * tiles, 128 x 128 tiles) and, rows unaligned, the fallback. */
-        const int64_t cs[][5] = {{1, 4096, 1024, 1, 1},  {16, 6144, 1024, 1, 1},
-                                 {24, 2000, 3000, 1, 0}, {9, 3000, 700, 0, 1},
-                                 {32, 26000, 256, 1, 0}, {1024, 4352, 128, 0, 1},
-                                 {300, 1000, 200, 0, 0}, {40, 300, 77, 0, 0}};
+        /* M, N, K, B static, late A (and B), forced decode kernel: the
+         * decode kernel's shared-memory form with one and with two row
+         * groups (the mma.sync kernel forced at M = 16, where the launcher
+         * takes the ring kernel on sm_90a), its register form, the plain
+         * decode kernel with a late B, the tensor-copy decode kernel
+         * (N >= 3 x 64 x 132), the ring decode kernel with B static and
+         * with a late B, the large-M kernels (TMA tiles, 128 x 128 tiles)
+         * and, rows unaligned, the fallback. */
+        const int64_t cs[][6] = {{1, 4096, 1024, 1, 1, 0},   {16, 6144, 1024, 1, 1, 1},
+                                 {24, 2000, 3000, 1, 0, 0},  {9, 3000, 700, 0, 1, 1},
+                                 {24, 26000, 256, 1, 0, 0},  {32, 4096, 1024, 1, 1, 0},
+                                 {28, 6144, 4096, 0, 1, 0},  {1024, 4352, 128, 0, 1, 0},
+                                 {300, 1000, 200, 0, 0, 0},  {40, 300, 77, 0, 0, 0}};
         const unsigned long pre0 = smm_decode_pre_launches, tma0 = smm_decode_tma_launches;
         const unsigned long ring0 = smm_decode_ring_launches;
         for (const auto &c : cs) {
@@ -673,8 +677,10 @@ static void run_tests(void)
             o.b_static = (int)c[3];
             o.late_inputs = (int)c[4];
             o.capture = 1;
+            smm_decode_force_kind = (int)c[5];
             run_case(o);
         }
+        smm_decode_force_kind = 0;
         /* On a GPU of this size (an H100 or H200 SXM: 132 SMs) the launcher
          * takes the forms and kernels named above for these shapes. */
         int cc = 0, sms = 0;
@@ -689,11 +695,18 @@ static void run_tests(void)
         if (sized && smm_wgmma_allowed() && smm_tma_allowed() && smm_have_dtma() &&
             dtma_capable() && smm_decode_tma_launches - tma0 != 1) {
             g_failures++;
-            fprintf(stderr, "FAIL: the captured M = 32, N = 26000 launch did not run the "
+            fprintf(stderr, "FAIL: the captured M = 24, N = 26000 launch did not run the "
                             "tensor-copy decode kernel\n");
         }
-        /* The ring decode kernel (which the launcher takes only when
-         * forced), captured: B static, then late A. */
+        const bool ring_auto = dtma_capable() && !smm_force_generic() && smm_have_ring() &&
+                               smm_wgmma_allowed() && smm_tma_allowed();
+        if (ring_auto && smm_decode_ring_launches - ring0 != 2) {
+            g_failures++;
+            fprintf(stderr, "FAIL: %lu of the 2 captured launches at M = 32 and 28 ran the "
+                            "ring decode kernel\n", smm_decode_ring_launches - ring0);
+        }
+        /* The ring decode kernel forced, captured: B static, then late A
+         * (M = 20, where the launcher would not take it). */
         for (int late = 0; late < 2; late++) {
             case_opts o = aligned_opts(late ? 20 : 32, 4096, 4096);
             o.b_static = 1;
@@ -704,10 +717,10 @@ static void run_tests(void)
             smm_decode_force_kind = 0;
         }
         if (dtma_capable() && !smm_force_generic() && smm_have_ring() &&
-            smm_decode_ring_launches - ring0 != 2) {
+            smm_decode_ring_launches - ring0 != (ring_auto ? 4u : 2u)) {
             g_failures++;
-            fprintf(stderr, "FAIL: %lu of 2 captured, forced launches ran the ring decode "
-                            "kernel\n", smm_decode_ring_launches - ring0);
+            fprintf(stderr, "FAIL: %lu of %u captured launches ran the ring decode kernel\n",
+                    smm_decode_ring_launches - ring0, ring_auto ? 4u : 2u);
         }
     }
 
@@ -967,6 +980,7 @@ static void run_chain_case(int pre_first)
          * blocks, each long), so that the second can launch while it runs;
          * or in the shared-memory form, which lets it launch at once. */
         if (pre_first) {
+            smm_decode_force_kind = 1; /* the forms are the mma.sync kernel's */
             smm_decode_force_pre = 1;
             smm_decode_force_g = g;
             smm_decode_force_s = 1;

@@ -54,17 +54,18 @@
  *                    blocks for every two SMs: it lets the next launch
  *                    start at once and first copies up to 72 KiB (64 KiB)
  *                    of its weights into shared memory).
- *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 with many
+ *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 24 with many
  *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
  *                    warp fills shared-memory stages with tensor copies of
  *                    64 weight rows and the padded tokens, a warpgroup runs
  *                    m64nNk32 wgmmas (weights as the 64-row operand, tokens
  *                    as the N = 8, 16 or 32 one); clusters split K.
- *   decode_ring_kernel NVIDIA sm_90a code objects, M <= 32, run only when
- *                    the self-test forces it (not yet faster in the
- *                    library than the kernels above): all 128 threads copy
- *                    64 weight rows and the tokens with cp.async into a
- *                    shared-memory ring that m64nNk32 wgmmas read.
+ *   decode_ring_kernel NVIDIA sm_90a code objects, M = 9..16 and
+ *                    25..32 (where it beats the kernels above): all 128
+ *                    threads copy 64 weight rows and the tokens with
+ *                    cp.async into a shared-memory ring of up to eight
+ *                    256-byte slots of K that m64nNk32 wgmmas read (N = 16
+ *                    or 32); clusters split K.
  *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
  *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
  *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
@@ -2905,16 +2906,33 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
     }
-    /* The ring decode kernel runs only when forced (the self-test's kind
-     * 3) so far. In an experiment program its loop with a plain bf16
-     * store reached, on an H200 (stream launches, B static, weights
-     * rotating over 256 MiB, M = 32, us per launch): o (N = K = 4096) 7.43,
-     * qkv (N = 6144) 9.29, against 8.36 and 11.00 for this launcher's
-     * choice; in the library, with the contract's epilogue, 8.75 and 11.04
-     * (gate_up, N = 28672: 35.4 against 36.9 for the tensor-copy kernel;
-     * down, N = 4096, K = 14336: 19.2 against 20.6). Its epilogue costs
-     * 1.0-1.4 us there (doc/performance.md). */
-    if (smm_decode_force_kind == 3 && cc == 90 && smm_have_ring()) {
+    /* The ring decode kernel (sm_90a) where its token tile is at least
+     * three quarters full, M = 9..16 (16-token tiles) and M = 25..32 (32),
+     * with a raw B (not static: no weights copied before the wait) only
+     * on layers of at least 24 MiB of weights at M = 25..32 and of at
+     * least 48 MiB at M = 9..16. Measured on an H200 (gpu-gemm-selftest
+     * --launch-cost: stream launches, weights rotating over 256 MiB, us
+     * per launch, the launcher's choice with this rule against the
+     * mma.sync decode kernel's forms, same run), B static, M = 32 / 16:
+     * o (N = K = 4096, 16 MiB) 7.62 against 8.22 / 6.61 against 6.57,
+     * qkv (N = 6144, 24 MiB) 9.73 against 10.81 / 8.33 against 9.20,
+     * gate_up (N = 28672, 112 MiB) 33.43 against 42.66 (the tensor-copy
+     * kernel, which this launcher took there before: 36.17-36.67) / 30.08
+     * against 33.31, down (N = 4096, K = 14336, 56 MiB) 17.63 against
+     * 20.36 / 16.61 against 18.11; raw B, ring forced against the mma.sync
+     * kernel: o 9.26 against 8.88 / 7.72 against 7.13, qkv 11.29 against
+     * 12.39 / 10.19 against 9.84, gate_up 34.37 against 43.12 / 31.77
+     * against 32.89, down 19.40 against 20.35 / 17.77 against 18.12. With
+     * a 32-token tile at M = 24 it was slower on o (7.71 against 7.40) and
+     * gate_up (35.98 against 34.51), faster on qkv and down; at M = 8
+     * slower on o and qkv, faster on gate_up and down (B static). */
+    const int64_t wmib = d.n * d.k >> 20;
+    const bool ring =
+        smm_decode_force_kind == 3 ||
+        (smm_decode_force_kind == 0 && smm_wgmma_allowed() && smm_tma_allowed() &&
+         ((d.m > 8 && d.m <= 16 && (b_static || wmib >= 48)) ||
+          (d.m > 24 && (b_static || wmib >= 24))));
+    if (ring && cc == 90 && smm_have_ring()) {
         smm_mm_dims dr = d;
         dr.b_static = b_static;
         bool done = false;
