@@ -1469,6 +1469,35 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kind)
     decode_bufs_free(d);
 }
 
+/* `launches` stream launches of the M x N x K decode problem on st, B
+ * rotating over `copies` copies of N x K bytes from bufs.b, six times, the
+ * first a warm-up: the medians of the other five, per launch, in seconds,
+ * of the host's queueing loop (*queue) and until the stream is done
+ * (*total). */
+static void time_decode_launches(const decode_bufs &bufs, int64_t m, int64_t n, int64_t k,
+                                 int copies, bool b_static, int launches, cudaStream_t st,
+                                 double *queue, double *total)
+{
+    std::vector<double> tq, tt;
+    for (int r = 0; r < 6; r++) {
+        smm_mm_problem q = decode_problem(m, n, k, bufs.a, bufs.b, bufs.sa, bufs.sb, bufs.c);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int l = 0; l < launches; l++) {
+            q.b = bufs.b + (int64_t)(l % copies) * n * k;
+            CK(smm_gpu_launch_mm(&q, b_static, st));
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        CK(cudaStreamSynchronize(st));
+        const auto t2 = std::chrono::steady_clock::now();
+        if (r == 0)
+            continue; /* warm-up */
+        tq.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
+        tt.push_back(std::chrono::duration<double>(t2 - t0).count() / launches);
+    }
+    *queue = median(tq);
+    *total = median(tt);
+}
+
 /* --launch-cost [raw]: the host's cost of queueing decode launches on a
  * stream (B static, or with raw B not, weights rotating over at least
  * 256 MiB, as the library's bench runs them): microseconds per launch
@@ -1483,7 +1512,6 @@ static void run_launch_cost(bool b_static)
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
     const int launches = 2000;
     decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
-    const int8_t *const a = bufs.a, *const b = bufs.b;
     cudaStream_t st;
 
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -1500,29 +1528,14 @@ static void run_launch_cost(bool b_static)
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             for (int col = 0; col < 4; col++) {
-                std::vector<double> tq, tt;
+                double tq, tt;
                 smm_decode_force_pre = col == 1 ? -1 : 0; /* _r: the register form */
                 smm_decode_force_kind = col == 2 ? 1 : col == 3 ? 3 : 0;
-                for (int r = 0; r < 6; r++) {
-                    smm_mm_problem q =
-                        decode_problem(m, n, k, a, b, bufs.sa, bufs.sb, bufs.c);
-                    const auto t0 = std::chrono::steady_clock::now();
-                    for (int l = 0; l < launches; l++) {
-                        q.b = b + (int64_t)(l % copies) * wb;
-                        CK(smm_gpu_launch_mm(&q, b_static, st));
-                    }
-                    const auto t1 = std::chrono::steady_clock::now();
-                    CK(cudaStreamSynchronize(st));
-                    const auto t2 = std::chrono::steady_clock::now();
-                    if (r == 0)
-                        continue; /* warm-up */
-                    tq.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
-                    tt.push_back(std::chrono::duration<double>(t2 - t0).count() / launches);
-                }
+                time_decode_launches(bufs, m, n, k, copies, b_static, launches, st, &tq, &tt);
                 if (col < 2)
-                    printf(" %9.2f %9.2f", median(tq) * 1e6, median(tt) * 1e6);
+                    printf(" %9.2f %9.2f", tq * 1e6, tt * 1e6);
                 else
-                    printf(" %9.2f", median(tt) * 1e6);
+                    printf(" %9.2f", tt * 1e6);
             }
             printf("\n");
             fflush(stdout);
@@ -1561,24 +1574,12 @@ static void run_ring_sweep(void)
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             for (int col = 0; col < 16; col++) {
-                std::vector<double> tt;
+                double tq, tt;
                 smm_decode_force_kind = col == 0 ? 0 : 3;
                 smm_decode_force_s = col == 0 ? 0 : splits[(col - 1) / 5];
                 smm_decode_force_stages = col == 0 ? 0 : slots[(col - 1) % 5];
-                for (int r = 0; r < 6; r++) {
-                    smm_mm_problem q =
-                        decode_problem(m, n, k, bufs.a, bufs.b, bufs.sa, bufs.sb, bufs.c);
-                    const auto t0 = std::chrono::steady_clock::now();
-                    for (int l = 0; l < launches; l++) {
-                        q.b = bufs.b + (int64_t)(l % copies) * wb;
-                        CK(smm_gpu_launch_mm(&q, true, st));
-                    }
-                    CK(cudaStreamSynchronize(st));
-                    const auto t1 = std::chrono::steady_clock::now();
-                    if (r > 0)
-                        tt.push_back(std::chrono::duration<double>(t1 - t0).count() / launches);
-                }
-                printf(" %7.2f", median(tt) * 1e6);
+                time_decode_launches(bufs, m, n, k, copies, true, launches, st, &tq, &tt);
+                printf(" %7.2f", tt * 1e6);
                 fflush(stdout);
             }
             printf("\n");
