@@ -26,11 +26,14 @@
  * The float16 / bfloat16 conversions are integer arithmetic on the bits,
  * line for line those of lib/convert.c (whose comments explain each step),
  * so they match the reference in every case: rounding, overflow to Inf,
- * subnormals, signed zeros and the canonical NaN 0x7FFF. The hardware
- * conversions are not used.
+ * subnormals, signed zeros and the canonical NaN 0x7FFF. One exception:
+ * on NVIDIA sm_90 the bfloat16 conversion is the instruction
+ * cvt.rn.bf16.f32 (no .ftz), which scripts/gpu-gemm-selftest.cu compares
+ * with the integer form (smm_epi_f32_to_bf16_int) on all 2^32 binary32
+ * patterns on the device; the float16 one stays integer arithmetic.
  *
  * SMM_HD functions also compile for the host: tests/check_gpu_convert.c
- * compares the conversions with lib/convert.c there.
+ * compares the integer conversions with lib/convert.c there.
  */
 #ifndef SMM_GPU_EPILOGUE_H
 #define SMM_GPU_EPILOGUE_H

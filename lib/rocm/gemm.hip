@@ -54,14 +54,18 @@
  *                    blocks for every two SMs: it lets the next launch
  *                    start at once and first copies up to 72 KiB (64 KiB)
  *                    of its weights into shared memory).
- *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 24 with many
+ *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 where the
+ *                    ring kernel does not run (M = 17..24; M = 25..32 with
+ *                    a raw B under 24 MiB), with many
  *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
  *                    warp fills shared-memory stages with tensor copies of
  *                    64 weight rows and the padded tokens, a warpgroup runs
  *                    m64nNk32 wgmmas (weights as the 64-row operand, tokens
  *                    as the N = 8, 16 or 32 one); clusters split K.
  *   decode_ring_kernel NVIDIA sm_90a code objects, M = 9..16 and
- *                    25..32 (where it beats the kernels above): all 128
+ *                    25..32 (where it was faster than the kernels above or
+ *                    no slower; with a raw B only on layers of 48 MiB,
+ *                    24 MiB at M = 25..32, and more): all 128
  *                    threads copy 64 weight rows and the tokens with
  *                    cp.async into a shared-memory ring of up to eight
  *                    256-byte slots of K that m64nNk32 wgmmas read (N = 16
@@ -1743,7 +1747,8 @@ SMM_DEV void smm_cp_async_wait_n(int n)
  * 16 or 32). One warpgroup; each of its 128 threads copies with cp.async
  * four 16-byte pieces of each 128-byte k-tile of the 64 weight rows and
  * NT / 16 of the token rows into a ring of r slots of two k-tiles each
- * (128-byte swizzle; bytes past K, rows past N and M zero-filled), up to
+ * (128-byte swizzle; bytes past K zero-filled, rows past N and M read
+ * from the last row and never stored), up to
  * r - 2 slots ahead of the one its four m64nNTk32 wgmmas per k-tile read,
  * with one slot of wgmmas left in flight. The weights (and the tokens)
  * are the two shared-memory operands, as in smm_decode_tma_kernel; here
@@ -2906,9 +2911,9 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
     }
-    /* The ring decode kernel (sm_90a) where its token tile is at least
-     * three quarters full, M = 9..16 (16-token tiles) and M = 25..32 (32),
-     * with a raw B (not static: no weights copied before the wait) only
+    /* The ring decode kernel (sm_90a) at M = 9..16 (16-token tiles) and
+     * M = 25..32 (32-token tiles), where it was faster or no slower, with
+     * a raw B (not static: no weights copied before the wait) only
      * on layers of at least 24 MiB of weights at M = 25..32 and of at
      * least 48 MiB at M = 9..16. Measured on an H200 (gpu-gemm-selftest
      * --launch-cost: stream launches, weights rotating over 256 MiB, us
@@ -2925,7 +2930,8 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * against 32.89, down 19.40 against 20.35 / 17.77 against 18.12. With
      * a 32-token tile at M = 24 it was slower on o (7.71 against 7.40) and
      * gate_up (35.98 against 34.51), faster on qkv and down; at M = 8
-     * slower on o and qkv, faster on gate_up and down (B static). */
+     * slower on o, no faster on qkv, faster on gate_up and down (B
+     * static). */
     const int64_t wmib = d.n * d.k >> 20;
     const bool ring =
         smm_decode_force_kind == 3 ||
