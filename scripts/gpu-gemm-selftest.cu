@@ -1315,8 +1315,8 @@ static void launch_sweep_kind(int kind, int64_t m, unsigned nblk, const int8_t *
 }
 
 /* --decode-sweep: weight GB/s of the launcher's choice (0,0) and of the
- * same with B static, as a packed B is (0,0p; 0,0r without the decode
- * kernel's shared-memory form, 0,0s with it wherever it exists:
+ * same with B static, as a packed B is (0,0p; 0,0r: the mma.sync decode
+ * kernel without its shared-memory form, 0,0s: with it wherever it exists:
  * smm_decode_force_pre), of every decode row-group /
  * cluster choice (smm_decode_force_g / _s; columns g,s, and g,sp with B
  * static) and of the tensor-copy decode
@@ -1356,8 +1356,9 @@ static void run_decode_sweep(void)
     CK(cudaDeviceSynchronize());
     printf("decode sweep, weight GB/s (bf16 out); columns g,s: the mma.sync decode kernel's "
            "row groups and cluster blocks (0,0 = the launcher's choice of kernel and "
-           "variant; g,sp = the same with B static, as a packed B; 0,0r and 0,0s: the launcher's "
-           "choice with B static, without and with the shared-memory form); tS,s: the tensor-copy decode kernel with S stages and s cluster blocks "
+           "variant; g,sp = the same with B static, as a packed B; 0,0r and 0,0s: the mma.sync "
+           "kernel with B static, without and with its shared-memory form); tS,s: the "
+           "tensor-copy decode kernel with S stages and s cluster blocks "
            "(0: its launcher's choice); rd, rdx, rdxm: the one-group variant's weight reads "
            "alone, with its token loads, with its mmas; empty: us per empty launch\n");
     printf("%-3s %-6s %-6s", "M", "N", "K");
@@ -1397,10 +1398,14 @@ static void run_decode_sweep(void)
                     printf("  %6s", "-"); /* the same at every M */
                     continue;
                 }
-                smm_decode_force_kind = kind == SW_DTMA ? 2
-                                        : (kind == SW_DECODE || kind == SW_STATIC) && cfg[ci][1]
-                                            ? 1
-                                            : 0;
+                /* g,s forced, and the register and shared-memory forms
+                 * (_r, _s): the mma.sync kernel's */
+                smm_decode_force_kind =
+                    kind == SW_DTMA ? 2
+                    : ((kind == SW_DECODE || kind == SW_STATIC) && cfg[ci][1]) ||
+                            kind0 == SW_STATIC_R || kind0 == SW_STATIC_S
+                        ? 1
+                        : 0;
                 smm_decode_force_g = kind == SW_DTMA ? 0 : cfg[ci][1];
                 smm_decode_force_stages = kind == SW_DTMA ? cfg[ci][1] : 0;
                 smm_decode_force_s = cfg[ci][2];
@@ -1517,7 +1522,7 @@ static void run_launch_cost(bool b_static)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
     printf("launch cost, us per launch (queue: the host's loop of %d launches; total: until "
-           "the stream is done), B %s, median of 5; _r: the decode kernel's register "
+           "the stream is done), B %s, median of 5; _r: the mma.sync decode kernel's register "
            "form; _m: the mma.sync decode kernel (its own forms); _g: the ring decode kernel\n"
            "%-3s %-6s %-6s %9s %9s %9s %9s %9s %9s\n",
            launches, b_static ? "static" : "raw (not static)", "M", "N", "K", "queue", "total",
@@ -1529,8 +1534,9 @@ static void run_launch_cost(bool b_static)
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             for (int col = 0; col < 4; col++) {
                 double tq, tt;
-                smm_decode_force_pre = col == 1 ? -1 : 0; /* _r: the register form */
-                smm_decode_force_kind = col == 2 ? 1 : col == 3 ? 3 : 0;
+                /* _r: the mma.sync kernel's register form */
+                smm_decode_force_pre = col == 1 ? -1 : 0;
+                smm_decode_force_kind = col == 1 || col == 2 ? 1 : col == 3 ? 3 : 0;
                 time_decode_launches(bufs, m, n, k, copies, b_static, launches, st, &tq, &tt);
                 if (col < 2)
                     printf(" %9.2f %9.2f", tq * 1e6, tt * 1e6);
