@@ -2663,6 +2663,18 @@ static gpuError_t smm_launch_dtma_n(const CUtensorMap &ta, const CUtensorMap &tb
                     : smm_launch_dtma_ns<NT, 1>(ta, tb, d, e, rt, stages, kt_per, stream);
 }
 
+/* Whether the two sm_90a decode kernels (tensor-copy, ring) take the
+ * problem, with rt blocks of 64 weight rows (up to 4 per cluster): K > 0,
+ * N, K and the blocks below 2^31, 16-byte aligned bases, row strides
+ * multiples of 16 and at least K (a single row's stride is not read). */
+static bool smm_decode_wg_takes(const smm_mm_dims &d, int64_t rt)
+{
+    return !(d.k <= 0 || d.n >= INT32_MAX || d.k >= INT32_MAX || rt * 4 > INT32_MAX ||
+             ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 ||
+             (d.m > 1 && (d.lda % 16 != 0 || d.lda < d.k)) ||
+             (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)));
+}
+
 /* The tensor-copy decode kernel (sm_90a code, tensor maps encodable,
  * 16-byte aligned bases, row strides multiples of 16, K > 0, sizes below
  * 2^31); *done false: nothing launched. Picks the blocks per cluster
@@ -2678,10 +2690,7 @@ static gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_para
     int s, stages, per_sm;
 
     *done = false;
-    if (d.k <= 0 || d.n >= INT32_MAX || d.k >= INT32_MAX || rt * 4 > INT32_MAX ||
-        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 ||
-        (d.m > 1 && (d.lda % 16 != 0 || d.lda < d.k)) ||
-        (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)))
+    if (!smm_decode_wg_takes(d, rt))
         return gpuSuccess;
     if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.m > 1 ? d.lda : (d.k + 15) / 16 * 16, nt) ||
         !smm_make_tmap(&tb, d.b, d.n, d.k, d.n > 1 ? d.ldb : (d.k + 15) / 16 * 16,
@@ -2788,10 +2797,7 @@ static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_par
     const int64_t nslot = (d.k + 255) / 256;
 
     *done = false;
-    if (d.k <= 0 || d.n >= INT32_MAX || d.k >= INT32_MAX || rt * 4 > INT32_MAX ||
-        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 ||
-        (d.m > 1 && (d.lda % 16 != 0 || d.lda < d.k)) ||
-        (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)))
+    if (!smm_decode_wg_takes(d, rt))
         return gpuSuccess;
     int s = smm_ring_split(rt, sms);
     if (smm_decode_force_s > 0)
