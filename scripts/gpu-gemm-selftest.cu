@@ -24,6 +24,12 @@
  *                                          # (raw: B not static)
  *   /tmp/gpu-gemm-selftest --ring-sweep    # the ring decode kernel's
  *                                          # splits and slot counts
+ *   (built with -DSMM_RING_TRACE as well)
+ *   /tmp/gpu-gemm-selftest --trace M N K S R [L] | scripts/ring-trace-summary.py
+ *                                          # where the time of L (60)
+ *                                          # stream launches of the ring
+ *                                          # kernel (S blocks per cluster,
+ *                                          # R slots) goes, per block
  *   ncu /tmp/gpu-gemm-selftest --decode-one 16 4096 4096 [KIND]
  *                                          # 20 plain launches of one
  *                                          # problem, for a profiler
@@ -1595,6 +1601,54 @@ static void run_ring_sweep(void)
     decode_bufs_free(bufs);
 }
 
+#if defined(SMM_RING_TRACE)
+/* --trace M N K S R [L]: the ring decode kernel forced with S blocks per
+ * cluster and R slots, B static, weights rotating over at least 256 MiB:
+ * us per launch (as --ring-sweep, tracing on), then L (60) stream
+ * launches traced, one line per block: SM, block, then its start, the
+ * return of its wait, its last wgmma and its end, in ns from the first
+ * start (scripts/ring-trace-summary.py reads them). */
+static void run_trace(int64_t m, int64_t n, int64_t k, int s, int r, int launches)
+{
+    const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20, wb = n * k;
+    const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
+    decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
+    cudaStream_t st;
+    double tq, tt;
+    unsigned cnt = 0;
+
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    smm_decode_force_kind = 3;
+    smm_decode_force_s = s;
+    smm_decode_force_stages = r;
+    time_decode_launches(bufs, m, n, k, copies, true, 2000, st, &tq, &tt);
+    printf("# M %lld N %lld K %lld, %d blocks per cluster, %d slots: %.3f us per launch "
+           "(2000 stream launches, tracing on)\n",
+           (long long)m, (long long)n, (long long)k, s, r, tt * 1e6);
+    CK(cudaMemcpyToSymbol(smm_ring_trace_n, &cnt, sizeof cnt));
+    smm_mm_problem q = decode_problem(m, n, k, bufs.a, bufs.b, bufs.sa, bufs.sb, bufs.c);
+    for (int l = 0; l < launches; l++) {
+        q.b = bufs.b + (int64_t)(l % copies) * wb;
+        CK(smm_gpu_launch_mm(&q, true, st));
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpyFromSymbol(&cnt, smm_ring_trace_n, sizeof cnt));
+    cnt = std::min<unsigned>(cnt, SMM_RING_TRACE_MAX);
+    std::vector<unsigned long long> tr((size_t)cnt * 5);
+    CK(cudaMemcpyFromSymbol(tr.data(), smm_ring_trace, tr.size() * sizeof tr[0]));
+    unsigned long long t0 = ~0ull;
+    for (unsigned i = 0; i < cnt; i++)
+        t0 = std::min(t0, tr[5 * i + 1]);
+    printf("# %d launches, %u blocks; sm block start wait loop end (ns)\n", launches, cnt);
+    for (unsigned i = 0; i < cnt; i++)
+        printf("%llu %llu %llu %llu %llu %llu\n", tr[5 * i] & 0xffff, tr[5 * i] >> 16,
+               tr[5 * i + 1] - t0, tr[5 * i + 2] - t0, tr[5 * i + 3] - t0, tr[5 * i + 4] - t0);
+    smm_decode_force_kind = smm_decode_force_s = smm_decode_force_stages = 0;
+    cudaStreamDestroy(st);
+    decode_bufs_free(bufs);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     int bench = 1, tests = 1, sweep = 0;
@@ -1612,6 +1666,12 @@ int main(int argc, char **argv)
             const bool raw = i + 1 < argc && !strcmp(argv[i + 1], "raw");
             run_launch_cost(!raw);
             return 0;
+#if defined(SMM_RING_TRACE)
+        } else if (!strcmp(argv[i], "--trace") && i + 5 < argc) {
+            run_trace(atoll(argv[i + 1]), atoll(argv[i + 2]), atoll(argv[i + 3]),
+                      atoi(argv[i + 4]), atoi(argv[i + 5]), i + 6 < argc ? atoi(argv[i + 6]) : 60);
+            return 0;
+#endif
         } else if (!strcmp(argv[i], "--ring-sweep")) {
             run_ring_sweep();
             return 0;
@@ -1625,7 +1685,8 @@ int main(int argc, char **argv)
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
-                            "--launch-cost [raw] | --ring-sweep | --decode-one M N K [KIND]]\n",
+                            "--launch-cost [raw] | --ring-sweep | --decode-one M N K [KIND] | "
+                            "--trace M N K S R [L] (built with -DSMM_RING_TRACE)]\n",
                     argv[0]);
             return 2;
         }

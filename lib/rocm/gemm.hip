@@ -1741,6 +1741,54 @@ SMM_DEV void smm_cp_async_wait_n(int n)
     }
 }
 
+/* Built with -DSMM_RING_TRACE (gpu-gemm-selftest --trace), the ring
+ * decode kernel's thread 0 records per block: the SM and block, and the
+ * global timer (ns) at its start, after griddepcontrol.wait, after its
+ * last wgmma and before it leaves, in smm_ring_trace (up to
+ * SMM_RING_TRACE_MAX blocks, smm_ring_trace_n of them); the atomic that
+ * takes the record's place comes after the last time, and delays the
+ * block's exit. Off (the default), none of this is compiled. */
+#if defined(SMM_RING_TRACE)
+#define SMM_RING_TRACE_MAX (1 << 16)
+__device__ unsigned long long smm_ring_trace[5 * SMM_RING_TRACE_MAX];
+__device__ unsigned smm_ring_trace_n;
+
+SMM_DEV unsigned long long smm_globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
+
+SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
+{
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    const unsigned long long t_end = smm_globaltimer();
+    const unsigned ix = atomicAdd(&smm_ring_trace_n, 1u);
+    if (ix < SMM_RING_TRACE_MAX) {
+        unsigned long long *o = smm_ring_trace + 5ull * ix;
+        o[0] = smid | ((unsigned long long)blockIdx.x << 16);
+        o[1] = t[0];
+        o[2] = t[1];
+        o[3] = t[2];
+        o[4] = t_end;
+    }
+}
+#define SMM_RING_TRACE_AT(i)                                                               \
+    do {                                                                                   \
+        trace_t[i] = smm_globaltimer();                                                    \
+    } while (0)
+#define SMM_RING_TRACE_END()                                                               \
+    do {                                                                                   \
+        if (tid == 0)                                                                      \
+            smm_ring_trace_put(trace_t);                                                   \
+    } while (0)
+#else
+#define SMM_RING_TRACE_AT(i) ((void)0)
+#define SMM_RING_TRACE_END() ((void)0)
+#endif
+
 /*
  * Block (or cluster of S blocks, each a contiguous share of K's 256-byte
  * slots): output columns n0 .. n0 + 63 for every token (M <= NT, NT = 8,
@@ -1783,6 +1831,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     const int64_t s0 = min((int64_t)rank * slots_per, nslot);
     const int ns = (int)(min(s0 + slots_per, nslot) - s0);
     const bool azp = AZP; /* e.azp != NULL */
+#if defined(SMM_RING_TRACE)
+    unsigned long long trace_t[3];
+#endif
+    SMM_RING_TRACE_AT(0);
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (d.b_static)
@@ -1861,6 +1913,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     if (!d.b_static)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+    SMM_RING_TRACE_AT(1);
     if (!d.b_static)
         for (int sl = 0; sl < r - 2; sl++) {
             copy(sl, sl, true, false);
@@ -1937,6 +1990,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
+    SMM_RING_TRACE_AT(2);
 
     if (S > 1)
 #pragma unroll
@@ -1970,8 +2024,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     if (S > 1) {
         smm_cluster_arrive(); /* block 0 has read the others' sums */
         smm_cluster_wait();
-        if (rank != 0)
+        if (rank != 0) {
+            SMM_RING_TRACE_END();
             return;
+        }
     }
 
     /* The thread's elements. */
@@ -1982,6 +2038,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
         if (m < d.m && n < d.n)
             smm_epi_store_in(e, m, n, acc[i], cs[h], smm_epi_join(rin[2 * j + c], cin[h]));
     }
+    SMM_RING_TRACE_END();
 #else
     __shared__ int smm_no_ring[4];
     if (d.m < 0)
