@@ -313,26 +313,39 @@ SMM_DEV float smm_epi_value(const smm_epi_params &e, int64_t m, int64_t n, int32
     return smm_epi_value_in(e, smm_epi_load(e, m, n), acc, colsum);
 }
 
+/* The bits of element (m, n) of C, from its int32 accumulator and its
+ * loaded inputs (colsum is only read when e.azp is set): C's type, in the
+ * low 16 bits for float16 and bfloat16. */
+SMM_DEV uint32_t smm_epi_bits_in(const smm_epi_params &e, int32_t acc, int32_t colsum,
+                                 const smm_epi_in &in)
+{
+    if (e.c_dtype == SMM_DTYPE_I32)
+        return (uint32_t)acc;
+    const float y = smm_epi_value_in(e, in, acc, colsum);
+    if (e.c_dtype == SMM_DTYPE_F32)
+        return smm_epi_f32_canonical(y);
+    if (e.c_dtype == SMM_DTYPE_F16)
+        return smm_epi_f32_to_f16(y);
+    return smm_epi_f32_to_bf16(y);
+}
+
+/* Stores element (m, n) of C from its bits (smm_epi_bits_in). */
+SMM_DEV void smm_epi_put(const smm_epi_params &e, int64_t m, int64_t n, uint32_t bits)
+{
+    const int64_t off = m * e.ldc + n;
+
+    if (e.c_dtype == SMM_DTYPE_I32 || e.c_dtype == SMM_DTYPE_F32)
+        ((uint32_t *)e.c)[off] = bits;
+    else
+        ((uint16_t *)e.c)[off] = (uint16_t)bits;
+}
+
 /* Finishes and stores element (m, n) of C from its int32 accumulator and
  * its loaded inputs (colsum is only read when e.azp is set). */
 SMM_DEV void smm_epi_store_in(const smm_epi_params &e, int64_t m, int64_t n, int32_t acc,
                               int32_t colsum, const smm_epi_in &in)
 {
-    const int64_t off = m * e.ldc + n;
-
-    if (e.c_dtype == SMM_DTYPE_I32) {
-        ((int32_t *)e.c)[off] = acc;
-        return;
-    }
-    {
-        const float y = smm_epi_value_in(e, in, acc, colsum);
-        if (e.c_dtype == SMM_DTYPE_F32)
-            ((uint32_t *)e.c)[off] = smm_epi_f32_canonical(y);
-        else if (e.c_dtype == SMM_DTYPE_F16)
-            ((uint16_t *)e.c)[off] = smm_epi_f32_to_f16(y);
-        else
-            ((uint16_t *)e.c)[off] = smm_epi_f32_to_bf16(y);
-    }
+    smm_epi_put(e, m, n, smm_epi_bits_in(e, acc, colsum, in));
 }
 
 /* Finishes and stores element (m, n) of C from its int32 accumulator
