@@ -1611,6 +1611,12 @@ static void run_ring_sweep(void)
 static void run_trace(int64_t m, int64_t n, int64_t k, int s, int r, int launches)
 {
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20, wb = n * k;
+    if (m < 1 || m > 32 || n < 1 || n > 28672 || k < 1 || k > 14336 || wb > max_b ||
+        s < 1 || s > 4 || s == 3 || r < 3 || r > 8 || launches < 7) {
+        fprintf(stderr, "--trace: M 1..32, N 1..28672, K 1..14336 (N K <= 384 MiB), S 1, 2 "
+                        "or 4, R 3..8, L >= 7\n");
+        exit(2);
+    }
     const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
     decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
     cudaStream_t st;
@@ -1622,10 +1628,13 @@ static void run_trace(int64_t m, int64_t n, int64_t k, int s, int r, int launche
     smm_decode_force_s = s;
     smm_decode_force_stages = r;
     time_decode_launches(bufs, m, n, k, copies, true, 2000, st, &tq, &tt);
-    printf("# M %lld N %lld K %lld, %d blocks per cluster, %d slots: %.3f us per launch "
-           "(2000 stream launches, tracing on)\n",
+    printf("# M %lld N %lld K %lld, %d blocks per cluster, %d slots asked (the launcher "
+           "lowers them to what K allows): %.3f us per launch (2000 stream launches, tracing "
+           "on)\n",
            (long long)m, (long long)n, (long long)k, s, r, tt * 1e6);
+    CK(cudaStreamSynchronize(st));
     CK(cudaMemcpyToSymbol(smm_ring_trace_n, &cnt, sizeof cnt));
+    CK(cudaDeviceSynchronize()); /* the count is zero before the first traced launch */
     smm_mm_problem q = decode_problem(m, n, k, bufs.a, bufs.b, bufs.sa, bufs.sb, bufs.c);
     for (int l = 0; l < launches; l++) {
         q.b = bufs.b + (int64_t)(l % copies) * wb;

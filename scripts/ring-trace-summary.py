@@ -5,7 +5,7 @@ Reads the per-block records (SM, block, start, wait, loop, end in ns) on
 stdin or from the file named, groups them into launches (the blocks of
 one launch return from griddepcontrol.wait together: the records sorted
 by that time, blocks-per-launch at a time), and prints, over the launches
-after the first five, the medians of:
+after the first five (at least seven launches), the medians of:
   - the period: from one launch's last block end to the next one's;
   - each launch's blocks' start, wait return, last wgmma and end, from
     the previous launch's last block end (median and latest block);
@@ -36,9 +36,16 @@ def main():
             rows.append(f)
     if not rows or not launches:
         sys.exit("no trace records (was the self-test built with -DSMM_RING_TRACE?)")
+    if len(rows) % launches != 0:
+        sys.exit("%d records for %d launches: not the same number per launch (more "
+                 "blocks than the trace holds, SMM_RING_TRACE_MAX? fewer launches, then)" %
+                 (len(rows), launches))
+    if launches < 7:
+        sys.exit("%d launches: at least 7 are needed (the first five are left out)" % launches)
     per = len(rows) // launches
     rows.sort(key=lambda r: r[3])
     groups = [rows[i * per:(i + 1) * per] for i in range(launches)]
+    kept = [r for g in groups[5:] for r in g]  # the blocks of launches 6 on
     prev_end = None
     period, cols = [], {k: [] for k in
                         ("start", "wait", "wait_last", "loop", "loop_last", "end", "end_last")}
@@ -62,19 +69,20 @@ def main():
           tuple(med(cols[k]) for k in
                 ("start", "wait", "wait_last", "loop", "loop_last", "end", "end_last")))
     print("per block: start to wait %.2f, wait to last wgmma %.2f, last wgmma to end %.2f" %
-          (med([(r[3] - r[2]) / 1000.0 for r in rows]),
-           med([(r[4] - r[3]) / 1000.0 for r in rows]),
-           med([(r[5] - r[4]) / 1000.0 for r in rows])))
+          (med([(r[3] - r[2]) / 1000.0 for r in kept]),
+           med([(r[4] - r[3]) / 1000.0 for r in kept]),
+           med([(r[5] - r[4]) / 1000.0 for r in kept])))
     by_sm = {}
-    for r in rows:
+    for r in kept:
         by_sm.setdefault(r[0], []).append(r)
     gaps = []
     for rs in by_sm.values():
         rs.sort(key=lambda r: r[2])
         gaps += [(b[2] - a[5]) / 1000.0 for a, b in zip(rs, rs[1:])]
     gaps.sort()
-    print("per SM, next block's start minus this block's end: median %.2f, 10%% %.2f, 90%% %.2f" %
-          (med(gaps), gaps[len(gaps) // 10], gaps[9 * len(gaps) // 10]))
+    if gaps:
+        print("per SM, next block's start minus this block's end: median %.2f, 10%% %.2f, "
+              "90%% %.2f" % (med(gaps), gaps[len(gaps) // 10], gaps[9 * len(gaps) // 10]))
 
 
 if __name__ == "__main__":
