@@ -2031,10 +2031,11 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     }
 
     /* The thread's elements: all of them finished, then stored. With each
-     * store right after its element's arithmetic the block's tail (last
-     * wgmma to exit, gpu-gemm-selftest --trace) was longer, and a launch
-     * at M = 32 slower on an H200: o 7.52 against 7.19 us, qkv 9.62
-     * against 9.22 (stream launches, B static). */
+     * store right after its element's arithmetic, launches at M = 32 were
+     * slower on an H200 (gpu-gemm-selftest --launch-cost, stream launches,
+     * B static, separate runs): o 7.62 against 7.19 us, qkv 9.70 against
+     * 9.22; a traced copy of the kernel showed the block's tail, last
+     * wgmma to exit, shorter (doc/performance.md). */
     uint32_t bits[NT / 2];
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
