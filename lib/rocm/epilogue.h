@@ -362,33 +362,10 @@ SMM_DEV void smm_epi_store2(const smm_epi_params &e, int64_t m, int64_t n, int32
                             int32_t acc1, int32_t colsum0, int32_t colsum1)
 {
     const int64_t off = m * e.ldc + n;
-    uint32_t w0, w1;
+    const uint32_t w0 = smm_epi_bits_in(e, acc0, colsum0, smm_epi_load(e, m, n));
+    const uint32_t w1 = smm_epi_bits_in(e, acc1, colsum1, smm_epi_load(e, m, n + 1));
 
-    if (e.c_dtype == SMM_DTYPE_I32) {
-        w0 = (uint32_t)acc0;
-        w1 = (uint32_t)acc1;
-    } else {
-        const float y0 = smm_epi_value(e, m, n, acc0, colsum0);
-        const float y1 = smm_epi_value(e, m, n + 1, acc1, colsum1);
-        if (e.c_dtype == SMM_DTYPE_F32) {
-            w0 = smm_epi_f32_canonical(y0);
-            w1 = smm_epi_f32_canonical(y1);
-        } else {
-            uint16_t *c16 = (uint16_t *)e.c + off;
-            const uint16_t h0 = e.c_dtype == SMM_DTYPE_F16 ? smm_epi_f32_to_f16(y0)
-                                                          : smm_epi_f32_to_bf16(y0);
-            const uint16_t h1 = e.c_dtype == SMM_DTYPE_F16 ? smm_epi_f32_to_f16(y1)
-                                                          : smm_epi_f32_to_bf16(y1);
-            if (((uintptr_t)c16 & 3u) == 0) {
-                *(uint32_t *)c16 = (uint32_t)h0 | ((uint32_t)h1 << 16);
-            } else {
-                c16[0] = h0;
-                c16[1] = h1;
-            }
-            return;
-        }
-    }
-    {
+    if (e.c_dtype == SMM_DTYPE_I32 || e.c_dtype == SMM_DTYPE_F32) {
         uint32_t *c32 = (uint32_t *)e.c + off;
         if (((uintptr_t)c32 & 7u) == 0) {
             uint2 v;
@@ -398,6 +375,14 @@ SMM_DEV void smm_epi_store2(const smm_epi_params &e, int64_t m, int64_t n, int32
         } else {
             c32[0] = w0;
             c32[1] = w1;
+        }
+    } else {
+        uint16_t *c16 = (uint16_t *)e.c + off;
+        if (((uintptr_t)c16 & 3u) == 0) {
+            *(uint32_t *)c16 = w0 | (w1 << 16);
+        } else {
+            c16[0] = (uint16_t)w0;
+            c16[1] = (uint16_t)w1;
         }
     }
 }
