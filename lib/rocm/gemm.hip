@@ -257,14 +257,6 @@ SMM_DEV void smm_cp_async16(uint32_t dst, const void *src, int src_bytes)
 #endif
 }
 
-/* The same, all 16 bytes read. */
-SMM_DEV void smm_cp_async16_full(uint32_t dst, const void *src)
-{
-#if defined(SMM_HAVE_MMA)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-#endif
-}
-
 SMM_DEV void smm_cp_async_commit()
 {
 #if defined(SMM_HAVE_MMA)
@@ -1858,31 +1850,12 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     for (int j = 0; j < XJ; j++)
         xp[j] = d.a + min((int64_t)(r0 + 16 * j), d.m - 1) * d.lda + s0 * 256 + u * 16;
     const int kleft = (int)(d.k - s0 * 256) - u * 16; /* K bytes from piece u of slot 0 */
-    /* Slots 0 .. nfull - 1 lie wholly inside K. */
-    const int nfull = (int)min((int64_t)ns, max(d.k - s0 * 256, (int64_t)0) / 256);
     /* Slot sl (0 .. ns - 1) of this block's share into ring slot pos: its
      * weights (w), its tokens (x). */
     auto copy = [&](int sl, int pos, bool w, bool x) {
         if (sl >= ns)
             return;
         const uint32_t st = base + pos * SLOT;
-        if (sl < nfull) {
-            const int64_t off = (int64_t)sl * 256;
-#pragma unroll
-            for (int sub = 0; sub < SMM_RING_SUB; sub++) {
-                if (w)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        smm_cp_async16_full(st + sub * WT + poff + j * 2048,
-                                            wp[j] + off + sub * 128);
-                if (x && (NT >= 16 || tid < 64))
-#pragma unroll
-                    for (int j = 0; j < XJ; j++)
-                        smm_cp_async16_full(st + SMM_RING_SUB * WT + sub * XT + poff + j * 2048,
-                                            xp[j] + off + sub * 128);
-            }
-            return;
-        }
 #pragma unroll
         for (int sub = 0; sub < SMM_RING_SUB; sub++) {
             const int off = sl * 256 + sub * 128, kl = kleft - off;
