@@ -1711,10 +1711,57 @@ smm_decode_tma_kernel(const __grid_constant__ CUtensorMap tma,
 
 /* Shared memory of the ring decode kernel with NT token rows and r slots:
  * the slots (each two k-tiles of 64 weight rows and of NT token rows),
- * then the block's sums and the weight rows' sums. */
+ * then the sums the other blocks of a cluster add in, the weight rows'
+ * sums and the barrier that counts the other blocks' adds. */
 static inline int smm_ring_smem(int nt, int r)
 {
-    return r * SMM_RING_SUB * (SMM_RING_BR + nt) * 128 + (nt / 2 * 128 + SMM_RING_BR) * 4 + 1024;
+    return r * SMM_RING_SUB * (SMM_RING_BR + nt) * 128 + (nt / 2 * 128 + SMM_RING_BR) * 4 + 16 +
+           1024;
+}
+
+/* The shared::cluster address of the shared variable at (shared::cta)
+ * address addr in block `rank` of the cluster. */
+SMM_DEV uint32_t smm_cluster_map32(uint32_t addr, unsigned rank)
+{
+    uint32_t out = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+#else
+    (void)rank;
+#endif
+    return out;
+}
+
+/* Adds v (modulo 2^32) to the int32 at shared::cluster address addr, in
+ * another block of the cluster, and counts its 4 bytes on that block's
+ * barrier bar (a shared::cluster address) once done. */
+SMM_DEV void smm_red_async_add(uint32_t addr, int32_t v, uint32_t bar)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32"
+                 " [%0], %1, [%2];\n" ::"r"(addr),
+                 "r"(v), "r"(bar)
+                 : "memory");
+#else
+    (void)addr, (void)v, (void)bar;
+#endif
+}
+
+/* As smm_mbar_wait, and what other blocks of the cluster wrote (with
+ * their completions counted on the barrier) is visible after it. */
+SMM_DEV void smm_mbar_wait_cluster(uint32_t bar, uint32_t parity)
+{
+#if defined(SMM_HAVE_WGMMA)
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
 }
 
 /* Waits until at most n (0..SMM_RING_MAX) of this thread's cp.async groups
@@ -1795,9 +1842,9 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
  * every thread keeps copies in flight, which holds no registers. With B
  * static (d.b_static) the first r - 2 slots of weights are copied before
  * griddepcontrol.wait and the next launch is let in at the start; the
- * tokens always after the wait. The sums of a cluster meet in block 0
- * (which reads the others' through distributed shared memory) and block 0
- * finishes the elements. AZP (e.azp != NULL): the weight rows' sums are
+ * tokens always after the wait. The other blocks of a cluster add their
+ * sums into block 0's shared memory (red.async, counted on a barrier of
+ * block 0's) and leave; block 0 finishes the elements. AZP (e.azp != NULL): the weight rows' sums are
  * taken from the ring too; a separate instantiation, since that code in
  * the loop makes ptxas serialize the wgmmas (C7515), which the kernel
  * without it avoids. Needs 16-byte aligned rows of A and B.
@@ -1815,6 +1862,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     const uint32_t base = smm_smem_addr(smem);
     int32_t *red = (int32_t *)(smem + r * SLOT); /* [NT / 2][128]: register, thread */
     int32_t *csred = red + NT / 2 * 128;         /* [BR] */
+    const uint32_t bar = smm_smem_addr(csred + BR); /* the other blocks' adds */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3;
     const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
@@ -1879,6 +1927,21 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
             copy(sl, sl, true, false);
             smm_cp_async_commit();
         }
+    /* A cluster's sums meet in block 0: it zeroes them (and the weight
+     * rows' sums) and sets its barrier to count the other blocks' adds,
+     * before the cluster barrier that the others wait for before adding. */
+    if (S > 1) {
+        if (rank == 0) {
+            for (int i = tid; i < NT / 2 * 128 + (AZP ? BR : 0); i += 128)
+                red[i] = 0;
+            if (tid == 0) {
+                smm_mbar_init(bar, 1);
+                asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+                smm_mbar_expect_tx(bar, (S - 1) * (NT / 2 * 128 + (AZP ? BR : 0)) * 4);
+            }
+        }
+        smm_cluster_arrive();
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* The kernel ahead in the stream (programmatic launch) is complete
      * and its writes visible past this point. */
@@ -1965,42 +2028,40 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
     SMM_RING_TRACE_AT(2);
 
-    if (S > 1)
-#pragma unroll
-        for (int i = 0; i < NT / 2; i++)
-            red[i * 128 + tid] = acc[i];
-    if (azp && (tid & 1) == 0)
-        csred[tid >> 1] = colsum;
+    /* The other blocks of a cluster add their sums into block 0's shared
+     * memory and leave; block 0 waits for all of their adds. With the sums
+     * stored by every block and read by block 0 between two cluster
+     * barriers, launches were slower on an H200 (gpu-gemm-selftest
+     * --launch-cost, B static, the launcher's choice, us per launch, two
+     * runs: N = K = 4096, M = 32 / 16: 7.18-7.19 / 6.65 against 6.90-6.94 /
+     * 6.17-6.23; K = 14336: 17.32-17.37 / 16.65 against 17.08-17.10 /
+     * 15.95-15.96). */
     if (S > 1) {
-        smm_cluster_arrive(); /* every block's sums are stored */
-        smm_cluster_wait();
-    } else if (azp) {
-        __syncthreads();
-    }
-    int32_t cs[2] = {0, 0};
-    if (rank == 0) {
-        for (unsigned rr = 1; rr < S; rr++) {
-            const int32_t *o = smm_cluster_map(red, rr);
+        smm_cluster_wait(); /* block 0's zeroes and barrier are set */
+        if (rank != 0) {
+            const uint32_t rbar = smm_cluster_map32(bar, 0);
+            const uint32_t rred = smm_cluster_map32(smm_smem_addr(red), 0);
 #pragma unroll
             for (int i = 0; i < NT / 2; i++)
-                acc[i] += o[i * 128 + tid];
-        }
-        if (azp)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int32_t *const p = csred + 16 * warp + g + 8 * h;
-                cs[h] = *p;
-                for (unsigned rr = 1; rr < S; rr++)
-                    cs[h] += *smm_cluster_map(p, rr);
-            }
-    }
-    if (S > 1) {
-        smm_cluster_arrive(); /* block 0 has read the others' sums */
-        smm_cluster_wait();
-        if (rank != 0) {
+                smm_red_async_add(rred + (uint32_t)(i * 128 + tid) * 4, acc[i], rbar);
+            if (azp && (tid & 1) == 0)
+                smm_red_async_add(rred + (uint32_t)(NT / 2 * 128 + (tid >> 1)) * 4, colsum, rbar);
             SMM_RING_TRACE_END();
             return;
         }
+        smm_mbar_wait_cluster(bar, 0);
+#pragma unroll
+        for (int i = 0; i < NT / 2; i++)
+            acc[i] += red[i * 128 + tid];
+    }
+    int32_t cs[2] = {0, 0};
+    if (azp) {
+        if ((tid & 1) == 0)
+            csred[tid >> 1] = (S > 1 ? csred[tid >> 1] : 0) + colsum;
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            cs[h] = csred[16 * warp + g + 8 * h];
     }
 
     /* The thread's elements: all of them finished, then stored. With each
