@@ -1837,12 +1837,13 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
  * (128-byte swizzle; bytes past K zero-filled, rows past N and M read
  * from the last row and never stored), up to
  * r - 2 slots ahead of the one its four m64nNTk32 wgmmas per k-tile read,
- * with one slot of wgmmas left in flight. The weights (and the tokens)
- * are the two shared-memory operands, as in smm_decode_tma_kernel; here
- * every thread keeps copies in flight, which holds no registers. With B
- * static (d.b_static) the first r - 2 slots of weights are copied before
- * griddepcontrol.wait and the next launch is let in at the start; the
- * tokens always after the wait. The other blocks of a cluster add their
+ * with one slot of wgmmas left in flight (at the start, all r slots). The
+ * weights (and the tokens) are the two shared-memory operands, as in
+ * smm_decode_tma_kernel; here every thread keeps copies in flight, which
+ * holds no registers. With B static (d.b_static) the first r - 2 slots of
+ * weights are copied before griddepcontrol.wait and the next launch is
+ * let in at the start; the tokens, and the weights of slots r - 2 and
+ * r - 1, always after the wait. The other blocks of a cluster add their
  * sums into block 0's shared memory (red.async, counted on a barrier of
  * block 0's) and leave; block 0 finishes the elements. AZP (e.azp != NULL): the weight rows' sums are
  * taken from the ring too; a separate instantiation, since that code in
@@ -1921,7 +1922,14 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
         }
     };
     /* Groups: weights of slots 0 .. r - 3 (one each), their tokens (one),
-     * then slot i + r - 2 (weights and tokens) in iteration i. */
+     * slots r - 2 and r - 1 (weights and tokens, one each; the ring's
+     * last two slots are free at the start), then slot i + r - 2 in
+     * iteration i >= 2. Slots r - 2 and r - 1 copied in iterations 0 and
+     * 1 instead, once all before them were in, launches were slower on an
+     * H200 (gpu-gemm-selftest --launch-cost, B static, the launcher's
+     * choice, us per launch, two runs, N = K = 4096, M = 32 / 16:
+     * 6.90-6.94 / 6.17-6.23 against 6.67-6.72 / 5.93-6.01; N = 4096,
+     * K = 14336: 17.08-17.10 / 15.95-15.96 against 16.73 / 15.47-15.50). */
     if (d.b_static)
         for (int sl = 0; sl < r - 2; sl++) {
             copy(sl, sl, true, false);
@@ -1958,6 +1966,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     for (int sl = 0; sl < r - 2; sl++)
         copy(sl, sl, false, true);
     smm_cp_async_commit();
+    for (int sl = r - 2; sl < r; sl++) {
+        copy(sl, sl, true, true);
+        smm_cp_async_commit();
+    }
     /* The scales (bias, zero point) of the thread's elements, loaded
      * here, after the wait (the kernel ahead may write them), so that the
      * loop hides their latency: rows 8 j + 2 q + c (rin[2 j + c]) and
@@ -1983,7 +1995,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     const uint32_t dlo = smm_wgmma_desc128_lo(base);
     for (int i = 0; i < ns; i++) {
         if (i == 0)
-            smm_cp_async_wait<0>();
+            smm_cp_async_wait<2>(); /* all but slots r - 2 and r - 1 */
         else if (i >= r - 2)
             smm_cp_async_wait_n(r - 3); /* slot i's group is in */
         /* The copies (generic proxy) before the wgmmas' reads (async
@@ -1991,8 +2003,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
          * i - 2, whose ring slot the next copy takes. */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        copy(i + r - 2, pos_next, true, true);
-        smm_cp_async_commit();
+        if (i >= 2) {
+            copy(i + r - 2, pos_next, true, true);
+            smm_cp_async_commit();
+        }
         /* The descriptors' low words, stepped by 16-byte units. */
         const uint32_t dw = dlo + pos * (SLOT / 16), dx = dw + SMM_RING_SUB * WT / 16;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -2031,9 +2045,9 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     /* The other blocks of a cluster add their sums into block 0's shared
      * memory and leave; block 0 waits for all of their adds. With the sums
      * stored by every block and read by block 0 between two cluster
-     * barriers, launches were slower on an H200 (gpu-gemm-selftest
-     * --launch-cost, B static, the launcher's choice, us per launch, two
-     * runs: N = K = 4096, M = 32 / 16: 7.18-7.19 / 6.65 against 6.90-6.94 /
+     * barriers, launches were slower on an H200 (measured as above, the
+     * slots r - 2 and r - 1 copied in iterations 0 and 1 in both:
+     * N = K = 4096, M = 32 / 16: 7.18-7.19 / 6.65 against 6.90-6.94 /
      * 6.17-6.23; K = 14336: 17.32-17.37 / 16.65 against 17.08-17.10 /
      * 15.95-15.96). */
     if (S > 1) {
