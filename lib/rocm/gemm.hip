@@ -1154,18 +1154,29 @@ SMM_DEV void smm_mbar_arrive(uint32_t bar)
 #endif
 }
 
-/* Waits until the phase of parity `parity` of the barrier has completed. */
-SMM_DEV void smm_mbar_wait(uint32_t bar, uint32_t parity)
+/* Waits until the phase of parity `parity` of the barrier has completed.
+ * CLUSTER: with acquire at cluster scope, so that what other blocks of the
+ * cluster wrote (their completions counted on the barrier) is visible
+ * after it. */
+template <bool CLUSTER = false> SMM_DEV void smm_mbar_wait(uint32_t bar, uint32_t parity)
 {
 #if defined(SMM_HAVE_WGMMA)
     uint32_t done = 0;
     do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
+        if (CLUSTER)
+            asm volatile("{\n.reg .pred p;\n"
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done)
+                         : "r"(bar), "r"(parity)
+                         : "memory");
+        else
+            asm volatile("{\n.reg .pred p;\n"
+                         "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done)
+                         : "r"(bar), "r"(parity)
+                         : "memory");
     } while (!done);
 #endif
 }
@@ -1747,22 +1758,6 @@ SMM_DEV void smm_red_async_add(uint32_t addr, int32_t v, uint32_t bar)
 #endif
 }
 
-/* As smm_mbar_wait, and what other blocks of the cluster wrote (with
- * their completions counted on the barrier) is visible after it. */
-SMM_DEV void smm_mbar_wait_cluster(uint32_t bar, uint32_t parity)
-{
-#if defined(SMM_HAVE_WGMMA)
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-#endif
-}
 
 /* Waits until at most n (0..SMM_RING_MAX) of this thread's cp.async groups
  * are pending. */
@@ -1845,10 +1840,11 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
  * let in at the start; the tokens, and the weights of slots r - 2 and
  * r - 1, always after the wait. The other blocks of a cluster add their
  * sums into block 0's shared memory (red.async, counted on a barrier of
- * block 0's) and leave; block 0 finishes the elements. AZP (e.azp != NULL): the weight rows' sums are
- * taken from the ring too; a separate instantiation, since that code in
- * the loop makes ptxas serialize the wgmmas (C7515), which the kernel
- * without it avoids. Needs 16-byte aligned rows of A and B.
+ * block 0's) and leave; block 0 finishes the elements. AZP
+ * (e.azp != NULL): the weight rows' sums are taken from the ring too; a
+ * separate instantiation, since that code in the loop makes ptxas
+ * serialize the wgmmas (C7515), which the kernel without it avoids.
+ * Needs 16-byte aligned rows of A and B.
  */
 template <int NT, int S, bool AZP>
 __global__ void __launch_bounds__(128, 1)
@@ -1864,6 +1860,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     int32_t *red = (int32_t *)(smem + r * SLOT); /* [NT / 2][128]: register, thread */
     int32_t *csred = red + NT / 2 * 128;         /* [BR] */
     const uint32_t bar = smm_smem_addr(csred + BR); /* the other blocks' adds */
+    constexpr int SUMS = NT / 2 * 128 + (AZP ? BR : 0); /* int32 each other block adds */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3;
     const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
@@ -1940,12 +1937,12 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
      * before the cluster barrier that the others wait for before adding. */
     if (S > 1) {
         if (rank == 0) {
-            for (int i = tid; i < NT / 2 * 128 + (AZP ? BR : 0); i += 128)
+            for (int i = tid; i < SUMS; i += 128)
                 red[i] = 0;
             if (tid == 0) {
                 smm_mbar_init(bar, 1);
                 asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-                smm_mbar_expect_tx(bar, (S - 1) * (NT / 2 * 128 + (AZP ? BR : 0)) * 4);
+                smm_mbar_expect_tx(bar, (S - 1) * SUMS * 4);
             }
         }
         smm_cluster_arrive();
@@ -2063,7 +2060,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
             SMM_RING_TRACE_END();
             return;
         }
-        smm_mbar_wait_cluster(bar, 0);
+        smm_mbar_wait<true>(bar, 0);
 #pragma unroll
         for (int i = 0; i < NT / 2; i++)
             acc[i] += red[i * 128 + tid];
