@@ -43,7 +43,8 @@
  *
  * The sm_90a code object carries the TMA and wgmma kernels (large M on
  * H100/H200), the tensor-copy decode kernel and the ring decode kernel
- * (M = 9..16 and 25..32); without it the mma.sync kernels run everywhere.
+ * (M >= 4 with B static, else larger layers); without it the mma.sync
+ * kernels run everywhere.
  *
  * -ffp-contract=off matters: the host reference must not fuse t = f * sb
  * into the following multiply.
@@ -664,14 +665,16 @@ static void run_tests(void)
         /* M, N, K, B static, late A (and B), forced decode kernel: the
          * decode kernel's shared-memory form with one and with two row
          * groups (the mma.sync kernel forced at M = 16, where the launcher
-         * takes the ring kernel on sm_90a), its register form, the plain
-         * decode kernel with a late B, the tensor-copy decode kernel
-         * (N >= 3 x 64 x 132), the ring decode kernel with B static and
-         * with a late B, the large-M kernels (TMA tiles, 128 x 128 tiles)
-         * and, rows unaligned, the fallback. */
+         * takes the ring kernel on sm_90a), its register form (M = 1, too
+         * many blocks for the shared-memory form, too few weights for the
+         * ring kernel), the plain decode kernel with a late B, the
+         * tensor-copy decode kernel (raw B, N >= 3 x 64 x 132), the ring
+         * decode kernel with B static and with a late B, the large-M
+         * kernels (TMA tiles, 128 x 128 tiles) and, rows unaligned, the
+         * fallback. */
         const int64_t cs[][6] = {{1, 4096, 1024, 1, 1, 0},   {16, 6144, 1024, 1, 1, 1},
-                                 {24, 2000, 3000, 1, 0, 0},  {9, 3000, 700, 0, 1, 1},
-                                 {24, 26000, 256, 1, 0, 0},  {32, 4096, 1024, 1, 1, 0},
+                                 {1, 8000, 3000, 1, 0, 0},   {9, 3000, 700, 0, 1, 1},
+                                 {24, 26000, 256, 0, 0, 0},  {32, 4096, 1024, 1, 1, 0},
                                  {28, 6144, 4096, 0, 1, 0},  {1024, 4352, 128, 0, 1, 0},
                                  {300, 1000, 200, 0, 0, 0},  {40, 300, 77, 0, 0, 0}};
         const unsigned long pre0 = smm_decode_pre_launches, tma0 = smm_decode_tma_launches;
@@ -712,7 +715,7 @@ static void run_tests(void)
                             "ring decode kernel\n", smm_decode_ring_launches - ring0);
         }
         /* The ring decode kernel forced, captured: B static, then late A
-         * (M = 20, where the launcher would not take it). */
+         * (M = 20). */
         for (int late = 0; late < 2; late++) {
             case_opts o = aligned_opts(late ? 20 : 32, 4096, 4096);
             o.b_static = 1;
@@ -1513,13 +1516,13 @@ static void time_decode_launches(const decode_bufs &bufs, int64_t m, int64_t n, 
  * stream (B static, or with raw B not, weights rotating over at least
  * 256 MiB, as the library's bench runs them): microseconds per launch
  * for queueing 2000 launches, and per launch until the stream is done, at
- * M = 1, 8, 16, 24, 32; median of 5 runs. When the
+ * M = 1, 2, 4, 8, 16, 24, 32; median of 5 runs. When the
  * two are about equal the launches are host-bound: the GPU waits for the
  * host, and what the GPU could overlap between launches it cannot. */
 static void run_launch_cost(bool b_static)
 {
     const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
-    const int64_t ms[] = {1, 8, 16, 24, 32};
+    const int64_t ms[] = {1, 2, 4, 8, 16, 24, 32};
     const int64_t max_b = (int64_t)384 << 20, rot = (int64_t)256 << 20;
     const int launches = 2000;
     decode_bufs bufs = decode_bufs_alloc(32, 28672, 14336, max_b);
@@ -1534,7 +1537,7 @@ static void run_launch_cost(bool b_static)
            launches, b_static ? "static" : "raw (not static)", "M", "N", "K", "queue", "total",
            "queue_r", "total_r", "total_m", "total_g");
     for (int si = 0; si < 4; si++)
-        for (int mi = 0; mi < 5; mi++) {
+        for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
             const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);

@@ -55,21 +55,22 @@
  *                    start at once and first copies up to 72 KiB (64 KiB)
  *                    of its weights into shared memory).
  *   decode_tma_kernel NVIDIA sm_90a code objects, 16 < M <= 32 where the
- *                    ring kernel does not run (M = 17..24; M = 25..32 with
- *                    a raw B under 24 MiB), with many
+ *                    ring kernel does not run (a raw B: M = 17..24; M =
+ *                    25..32 under 24 MiB), with many
  *                    64-row blocks per SM (N >= 3 x 64 x SMs): a producer
  *                    warp fills shared-memory stages with tensor copies of
  *                    64 weight rows and the padded tokens, a warpgroup runs
  *                    m64nNk32 wgmmas (weights as the 64-row operand, tokens
  *                    as the N = 8, 16 or 32 one); clusters split K.
- *   decode_ring_kernel NVIDIA sm_90a code objects, M = 9..16 and
- *                    25..32 (where it was faster than the kernels above or
- *                    no slower; with a raw B only on layers of 48 MiB,
- *                    24 MiB at M = 25..32, and more): all 128
- *                    threads copy 64 weight rows and the tokens with
+ *   decode_ring_kernel NVIDIA sm_90a code objects, where it was faster
+ *                    than the kernels above or no slower: with a packed B
+ *                    at M >= 4, and at M = 1..3 on layers of 48 MiB and
+ *                    more; with a raw B at M = 9..16 on layers of 48 MiB
+ *                    and at M = 25..32 on layers of 24 MiB, and more: all
+ *                    128 threads copy 64 weight rows and the tokens with
  *                    cp.async into a shared-memory ring of up to eight
- *                    256-byte slots of K that m64nNk32 wgmmas read (N = 16
- *                    or 32); clusters split K.
+ *                    256-byte slots of K that m64nNk32 wgmmas read (N = 8,
+ *                    16 or 32); clusters split K.
  *   amd_kernel       AMD: 128 x 128 tile through shared memory, multiplied
  *                    with v_mfma_i32_32x32x16_i8 (gfx940-942),
  *                    v_mfma_i32_32x32x8i8 (gfx908, gfx90a) using the lane
@@ -3030,33 +3031,44 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
         if (fit >= 1 && (smm_decode_force_pre > 0 || room))
             d.pre = (int16_t)(nch < most ? nch : most);
     }
-    /* The ring decode kernel (sm_90a) at M = 9..16 (16-token tiles) and
-     * M = 25..32 (32-token tiles), where it was faster or no slower, with
-     * a raw B (not static: no weights copied before the wait) only
-     * on layers of at least 24 MiB of weights at M = 25..32 and of at
-     * least 48 MiB at M = 9..16. Measured on an H200 (gpu-gemm-selftest
-     * --launch-cost: stream launches, weights rotating over 256 MiB, us
-     * per launch, the launcher's choice with this rule against the
-     * mma.sync decode kernel's forms, same run), B static, M = 32 / 16:
-     * o (N = K = 4096, 16 MiB) 7.62 against 8.22 / 6.61 against 6.57,
-     * qkv (N = 6144, 24 MiB) 9.73 against 10.81 / 8.33 against 9.20,
-     * gate_up (N = 28672, 112 MiB) 33.43 against 42.66 (the tensor-copy
-     * kernel, which this launcher took there before: 36.17-36.67) / 30.08
-     * against 33.31, down (N = 4096, K = 14336, 56 MiB) 17.63 against
-     * 20.36 / 16.61 against 18.11; raw B, ring forced against the mma.sync
-     * kernel: o 9.26 against 8.88 / 7.72 against 7.13, qkv 11.29 against
-     * 12.39 / 10.19 against 9.84, gate_up 34.37 against 43.12 / 31.77
-     * against 32.89, down 19.40 against 20.35 / 17.77 against 18.12. With
-     * a 32-token tile at M = 24 it was slower on o (7.71 against 7.40) and
-     * gate_up (35.98 against 34.51), faster on qkv and down; at M = 8
-     * slower on o, no faster on qkv, faster on gate_up and down (B
-     * static). */
+    /* The ring decode kernel (sm_90a): with B static (its first weights
+     * copied before its wait) at M >= 4, and at M = 1..3 on layers of at
+     * least 48 MiB of weights; with a raw B only at M = 9..16 on layers of
+     * at least 48 MiB and at M = 25..32 on layers of at least 24 MiB.
+     * Measured on an H200 (gpu-gemm-selftest --launch-cost: stream
+     * launches, weights rotating over 256 MiB, median of 5 runs of 2000,
+     * us per launch), B static, the launcher's choice before this rule
+     * (the mma.sync decode kernel's forms at M <= 8 and M = 17..24, the
+     * tensor-copy kernel on gate_up at M = 17..24; the ring kernel at
+     * M = 9..16 and 25..32) against the ring kernel forced, two runs:
+     * M = 1: o (N = K = 4096, 16 MiB) 5.87-5.92 against 5.91-6.01, qkv
+     * (N = 6144, 24 MiB) 7.43-7.44 against 8.00-8.11, gate_up
+     * (N = 28672, 112 MiB) 30.42-30.43 against 28.80-28.87, down
+     * (N = 4096, K = 14336, 56 MiB) 16.71-16.72 against 15.44-15.52;
+     * M = 8: o 6.48-6.52 against 5.89-5.91, qkv 7.71-7.72 against
+     * 7.58-7.60, gate_up 31.23 against 27.51-27.56, down 17.31-17.36
+     * against 15.04-15.06;
+     * M = 24: o 7.43-7.45 against 6.91-6.95, qkv 10.36-10.37 against
+     * 9.95-9.97, gate_up 34.52-34.66 against 34.59-34.61, down
+     * 18.80-18.82 against 16.73-16.75; in a later run (one each, the
+     * mma.sync decode kernel's forms against the ring kernel), M = 2: o
+     * 6.03 against 5.97, qkv 7.57 against 7.73, gate_up 30.75 against
+     * 28.41, down 16.73 against 15.17; M = 4: o 6.18 against 5.93, qkv
+     * 7.64 against 7.55, gate_up 30.85 against 27.36, down 16.86 against
+     * 15.12;
+     * M = 16 and 32: the ring kernel, as before. With a raw B (the same
+     * kind of run with `raw`, on commit d95e63f's tree, the ring kernel
+     * forced against the mma.sync kernel's forms), M = 32 / 16: o 9.26 against 8.88 /
+     * 7.72 against 7.13, qkv 11.29 against 12.39 / 10.19 against 9.84,
+     * gate_up 34.37 against 43.12 / 31.77 against 32.89, down 19.40
+     * against 20.35 / 17.77 against 18.12; M = 8 and 24 slower or no
+     * faster on every layer but gate_up at M = 8. */
     const int64_t wmib = d.n * d.k >> 20;
     const bool ring =
         smm_decode_force_kind == 3 ||
         (smm_decode_force_kind == 0 && smm_wgmma_allowed() && smm_tma_allowed() &&
-         ((d.m > 8 && d.m <= 16 && (b_static || wmib >= 48)) ||
-          (d.m > 24 && (b_static || wmib >= 24))));
+         (b_static ? d.m >= 4 || wmib >= 48
+                   : (d.m > 8 && d.m <= 16 && wmib >= 48) || (d.m > 24 && wmib >= 24)));
     if (ring && cc == 90 && smm_have_ring()) {
         smm_mm_dims dr = d;
         dr.b_static = b_static;
