@@ -3056,9 +3056,10 @@ static gpuError_t smm_launch_decode(smm_mm_dims d, const smm_epi_params &e, int 
      * 28.41, down 16.73 against 15.17; M = 4: o 6.18 against 5.93, qkv
      * 7.64 against 7.55, gate_up 30.85 against 27.36, down 16.86 against
      * 15.12;
-     * M = 16 and 32: the ring kernel, as before. With a raw B (the same
-     * kind of run with `raw`, on commit d95e63f's tree, the ring kernel
-     * forced against the mma.sync kernel's forms), M = 32 / 16: o 9.26 against 8.88 /
+     * M = 16 and 32: the ring kernel, as before. With a raw B (measured
+     * when the rule was first set, commit d95e63f: the same kind of run
+     * with `raw`, the ring kernel forced against the mma.sync kernel's
+     * forms), M = 32 / 16: o 9.26 against 8.88 /
      * 7.72 against 7.13, qkv 11.29 against 12.39 / 10.19 against 9.84,
      * gate_up 34.37 against 43.12 / 31.77 against 32.89, down 19.40
      * against 20.35 / 17.77 against 18.12; M = 8 and 24 slower or no
