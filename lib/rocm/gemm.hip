@@ -1759,7 +1759,6 @@ SMM_DEV void smm_red_async_add(uint32_t addr, int32_t v, uint32_t bar)
 #endif
 }
 
-
 /* Waits until at most n (0..SMM_RING_MAX) of this thread's cp.async groups
  * are pending. */
 SMM_DEV void smm_cp_async_wait_n(int n)
