@@ -1825,12 +1825,13 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
 
 /*
  * Block (or cluster of S blocks, each a contiguous share of K's 256-byte
- * slots): output columns n0 .. n0 + 63 for every token (M <= NT, NT = 8,
- * 16 or 32). One warpgroup; each of its 128 threads copies with cp.async
- * four 16-byte pieces of each 128-byte k-tile of the 64 weight rows and
- * NT / 16 of the token rows into a ring of r slots of two k-tiles each
- * (128-byte swizzle; bytes past K zero-filled, rows past N and M read
- * from the last row and never stored), up to
+ * slots: `share` each, and with S = 2 block 1 the rest): output columns
+ * n0 .. n0 + 63 for every token (M <= NT, NT = 8, 16 or 32). One
+ * warpgroup; each of its 128 threads copies with cp.async four 16-byte
+ * pieces of each 128-byte k-tile of the 64 weight rows and NT / 16 of the
+ * token rows into a ring of r slots of two k-tiles each (128-byte
+ * swizzle; bytes past K zero-filled, rows past N read from the last row
+ * and never stored, rows past M likewise or, with PART, not copied), up to
  * r - 2 slots ahead of the one its four m64nNTk32 wgmmas per k-tile read,
  * with one slot of wgmmas left in flight (at the start, all r slots). The
  * weights (and the tokens) are the two shared-memory operands, as in
@@ -1844,11 +1845,19 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
  * (e.azp != NULL): the weight rows' sums are taken from the ring too; a
  * separate instantiation, since that code in the loop makes ptxas
  * serialize the wgmmas (C7515), which the kernel without it avoids.
+ * PART (M < NT): the token rows past M are not copied; a separate
+ * instantiation, since the same test in the kernel for M = NT made those
+ * launches slower on an H200 (gpu-gemm-selftest --launch-cost, stream
+ * launches, B static, us per launch, two runs each, against the kernel
+ * without it: o, N = K = 4096, M = 32: 6.85-6.90 against 6.68-6.74),
+ * where for M < NT it was faster (M = 1: N = 28672, K = 4096 27.31-27.33
+ * against 29.07-29.21; N = 4096, K = 14336 15.10-15.17 against
+ * 15.64-15.66; M = 24: N = 6144, K = 4096 9.02-9.09 against 9.92-10.00).
  * Needs 16-byte aligned rows of A and B.
  */
-template <int NT, int S, bool AZP>
+template <int NT, int S, bool AZP, bool PART>
 __global__ void __launch_bounds__(128, 1)
-smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
+smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
 {
 #if defined(SMM_HAVE_WGMMA)
     constexpr int BR = SMM_RING_BR, WT = BR * 128, XT = NT * 128;
@@ -1866,8 +1875,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
     const int64_t n0 = (int64_t)(blockIdx.x / S) * BR;
     const int64_t nslot = (d.k + 255) / 256;
-    const int64_t s0 = min((int64_t)rank * slots_per, nslot);
-    const int ns = (int)(min(s0 + slots_per, nslot) - s0);
+    /* K's slots s0 .. s0 + ns - 1: share each, block 1 of two the rest. */
+    const int64_t s0 = S == 2 ? (rank ? min((int64_t)share, nslot) : 0)
+                              : min((int64_t)rank * share, nslot);
+    const int ns = (int)(S == 2 && rank ? nslot - s0 : min(s0 + share, nslot) - s0);
     const bool azp = AZP; /* e.azp != NULL */
 #if defined(SMM_RING_TRACE)
     unsigned long long trace_t[3];
@@ -1881,9 +1892,11 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     /* Thread tid copies piece u = tid % 8 (16 bytes) of each 128-byte
      * k-tile of weight rows tid / 8 + 16 j (j < 4) and of token rows
      * tid / 8 + 16 j (j < NT / 16; NT = 8: threads below 64). Rows past N
-     * or M are read from the last row (never stored); bytes past K are
-     * zero-filled (cp.async reads bytes < 16 of the source; a piece wholly
-     * past K reads none, from the start of the block's share). */
+     * are read from the last row (never stored); rows past M too, or, with
+     * PART (M < NT), not copied at all (their slots keep whatever they
+     * held, and their sums are never stored); bytes past K are zero-filled
+     * (cp.async reads bytes < 16 of the source; a piece wholly past K reads
+     * none, from the start of the block's share). */
     constexpr int XJ = NT >= 16 ? NT / 16 : 1;
     const int u = tid & 7, r0 = tid >> 3;
     const uint32_t poff = (uint32_t)(((u ^ (r0 & 7)) << 4) + r0 * 128); /* + j * 2048 */
@@ -1896,6 +1909,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
     for (int j = 0; j < XJ; j++)
         xp[j] = d.a + min((int64_t)(r0 + 16 * j), d.m - 1) * d.lda + s0 * 256 + u * 16;
     const int kleft = (int)(d.k - s0 * 256) - u * 16; /* K bytes from piece u of slot 0 */
+    bool xin[XJ]; /* token row r0 + 16 j is copied */
+#pragma unroll
+    for (int j = 0; j < XJ; j++)
+        xin[j] = !PART || r0 + 16 * j < d.m;
     /* Slot sl (0 .. ns - 1) of this block's share into ring slot pos: its
      * weights (w), its tokens (x). */
     auto copy = [&](int sl, int pos, bool w, bool x) {
@@ -1914,8 +1931,9 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
             if (x && (NT >= 16 || tid < 64))
 #pragma unroll
                 for (int j = 0; j < XJ; j++)
-                    smm_cp_async16(st + SMM_RING_SUB * WT + sub * XT + poff + j * 2048,
-                                   xp[j] + offc, bytes);
+                    if (xin[j])
+                        smm_cp_async16(st + SMM_RING_SUB * WT + sub * XT + poff + j * 2048,
+                                       xp[j] + offc, bytes);
         }
     };
     /* Groups: weights of slots 0 .. r - 3 (one each), their tokens (one),
@@ -2098,7 +2116,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int slots_per)
 #else
     __shared__ int smm_no_ring[4];
     if (d.m < 0)
-        ((volatile int *)smm_no_ring)[threadIdx.x & 3] = r + slots_per + (int)e.ldc;
+        ((volatile int *)smm_no_ring)[threadIdx.x & 3] = r + share + (int)e.ldc;
 #endif
 }
 
@@ -2843,15 +2861,15 @@ static unsigned long smm_decode_ring_launches = 0;
 static bool smm_have_ring(void)
 {
     static signed char cache[64];
-    return smm_sm90a_loaded(smm_decode_ring_kernel<8, 1, false>, cache);
+    return smm_sm90a_loaded(smm_decode_ring_kernel<8, 1, false, false>, cache);
 }
 
-template <int NT, int S, bool AZP>
+template <int NT, int S, bool AZP, bool PART>
 static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params &e,
-                                     int64_t blocks, int r, int slots_per, gpuStream_t stream)
+                                     int64_t blocks, int r, int share, gpuStream_t stream)
 {
     static bool attr_set[64]; /* per device: the attribute is per context */
-    auto kern = smm_decode_ring_kernel<NT, S, AZP>;
+    auto kern = smm_decode_ring_kernel<NT, S, AZP, PART>;
 
     const int dev = smm_cache_dev();
     if (!attr_set[dev]) {
@@ -2861,23 +2879,31 @@ static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params 
         attr_set[dev] = true;
     }
     gpuError_t err = smm_launch_decode_ex(kern, blocks, 128, (size_t)smm_ring_smem(NT, r), S,
-                                          d.pdl != 0, stream, d, e, r, slots_per);
+                                          d.pdl != 0, stream, d, e, r, share);
     if (err == gpuSuccess)
         smm_decode_ring_launches++;
     return err;
 }
 
+template <int NT, bool AZP>
+static gpuError_t smm_launch_ring_na(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
+                                     int s, int r, int share, gpuStream_t stream)
+{
+    if (d.m < NT)
+        return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, true>(d, e, rt * 4, r, share, stream)
+               : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, true>(d, e, rt * 2, r, share, stream)
+                        : smm_launch_ring_ns<NT, 1, AZP, true>(d, e, rt, r, share, stream);
+    return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, false>(d, e, rt * 4, r, share, stream)
+           : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, false>(d, e, rt * 2, r, share, stream)
+                    : smm_launch_ring_ns<NT, 1, AZP, false>(d, e, rt, r, share, stream);
+}
+
 template <int NT>
 static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
-                                    int s, int r, int slots_per, gpuStream_t stream)
+                                    int s, int r, int share, gpuStream_t stream)
 {
-    if (e.azp != NULL)
-        return s == 4 ? smm_launch_ring_ns<NT, 4, true>(d, e, rt * 4, r, slots_per, stream)
-               : s == 2 ? smm_launch_ring_ns<NT, 2, true>(d, e, rt * 2, r, slots_per, stream)
-                        : smm_launch_ring_ns<NT, 1, true>(d, e, rt, r, slots_per, stream);
-    return s == 4 ? smm_launch_ring_ns<NT, 4, false>(d, e, rt * 4, r, slots_per, stream)
-           : s == 2 ? smm_launch_ring_ns<NT, 2, false>(d, e, rt * 2, r, slots_per, stream)
-                    : smm_launch_ring_ns<NT, 1, false>(d, e, rt, r, slots_per, stream);
+    return e.azp != NULL ? smm_launch_ring_na<NT, true>(d, e, rt, s, r, share, stream)
+                         : smm_launch_ring_na<NT, false>(d, e, rt, s, r, share, stream);
 }
 
 /* The blocks per cluster of the ring decode kernel for rt 64-row blocks:
@@ -2917,7 +2943,22 @@ static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_par
         s = smm_decode_force_s;
     if (s > nslot)
         s = nslot >= 2 ? 2 : 1;
-    const int slots_per = (int)((nslot + s - 1) / s);
+    /* Each block's share of K's slots; of two blocks at M <= 16, block 0
+     * (which finishes the elements after the other has added its sums and
+     * left) takes max(1, share / 12) more. Measured on an H200
+     * (gpu-gemm-selftest --launch-cost, stream launches, B static, us per
+     * launch, two runs each; one more slot / two more / even shares): o
+     * (N = K = 4096, 8 slots each) M = 16 5.66-5.71 / 5.80-5.83 /
+     * 5.93-6.00, M = 4 5.61-5.63 / 5.60-5.65 / 5.91-5.99; down (N = 4096,
+     * K = 14336, 28 each) M = 16 15.22-15.26 / 15.17-15.19 / 15.45-15.47,
+     * M = 4 15.04-15.06 / 14.80-14.84 / 15.24-15.25; at M = 32 no faster
+     * (o 6.70-6.72 / 6.98-7.06 / 6.71-6.76). One slot fewer was slower
+     * (o M = 16 6.19-6.21). */
+    int share = (int)((nslot + s - 1) / s);
+    if (s == 2 && nt <= 16) {
+        share += share / 12 > 1 ? share / 12 : 1;
+        share = share < nslot ? share : (int)nslot - 1;
+    }
     /* One block per SM: the most slots; more: the most that let two
      * blocks share an SM (228 KiB of shared memory, 1 KiB of it the
      * system's per block). */
@@ -2928,12 +2969,12 @@ static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_par
     if (smm_decode_force_stages > 0)
         r = smm_decode_force_stages;
     r = r > SMM_RING_MAX ? SMM_RING_MAX : r;
-    r = r > slots_per + 2 ? slots_per + 2 : r;
+    r = r > share + 2 ? share + 2 : r;
     r = r < 3 ? 3 : r;
     *done = true;
-    return nt == 8 ? smm_launch_ring_n<8>(d, e, rt, s, r, slots_per, stream)
-           : nt == 16 ? smm_launch_ring_n<16>(d, e, rt, s, r, slots_per, stream)
-                      : smm_launch_ring_n<32>(d, e, rt, s, r, slots_per, stream);
+    return nt == 8 ? smm_launch_ring_n<8>(d, e, rt, s, r, share, stream)
+           : nt == 16 ? smm_launch_ring_n<16>(d, e, rt, s, r, share, stream)
+                      : smm_launch_ring_n<32>(d, e, rt, s, r, share, stream);
 }
 
 /* M <= 32, rows of A and B 16-byte aligned: picks the row groups per block
