@@ -2907,8 +2907,8 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
 }
 
 /* The blocks per cluster of the ring decode kernel for rt 64-row blocks:
- * two (half of K each) where that still leaves at most one block per SM,
- * else one. */
+ * two (each about half of K; smm_launch_decode_ring) where that still
+ * leaves at most one block per SM, else one. */
 static int smm_ring_split(int64_t rt, int sms)
 {
     return 2 * rt <= (int64_t)sms ? 2 : 1;
