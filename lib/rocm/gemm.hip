@@ -1825,7 +1825,7 @@ SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
 
 /*
  * Block (or cluster of S blocks, each a contiguous share of K's 256-byte
- * slots: `share` each, and with S = 2 block 1 the rest): output columns
+ * slots: `share` each, the last block what is left): output columns
  * n0 .. n0 + 63 for every token (M <= NT, NT = 8, 16 or 32). One
  * warpgroup; each of its 128 threads copies with cp.async four 16-byte
  * pieces of each 128-byte k-tile of the 64 weight rows and NT / 16 of the
@@ -1875,10 +1875,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
     const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
     const int64_t n0 = (int64_t)(blockIdx.x / S) * BR;
     const int64_t nslot = (d.k + 255) / 256;
-    /* K's slots s0 .. s0 + ns - 1: share each, block 1 of two the rest. */
-    const int64_t s0 = S == 2 ? (rank ? min((int64_t)share, nslot) : 0)
-                              : min((int64_t)rank * share, nslot);
-    const int ns = (int)(S == 2 && rank ? nslot - s0 : min(s0 + share, nslot) - s0);
+    /* K's slots s0 .. s0 + ns - 1: share each, the last block what is left
+     * (with S = 2 and block 0 taking more than half, block 1 the rest). */
+    const int64_t s0 = min((int64_t)rank * share, nslot);
+    const int ns = (int)(min(s0 + share, nslot) - s0);
     const bool azp = AZP; /* e.azp != NULL */
 #if defined(SMM_RING_TRACE)
     unsigned long long trace_t[3];
@@ -2945,15 +2945,17 @@ static gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_par
         s = nslot >= 2 ? 2 : 1;
     /* Each block's share of K's slots; of two blocks at M <= 16, block 0
      * (which finishes the elements after the other has added its sums and
-     * left) takes max(1, share / 12) more. Measured on an H200
-     * (gpu-gemm-selftest --launch-cost, stream launches, B static, us per
-     * launch, two runs each; one more slot / two more / even shares): o
-     * (N = K = 4096, 8 slots each) M = 16 5.66-5.71 / 5.80-5.83 /
-     * 5.93-6.00, M = 4 5.61-5.63 / 5.60-5.65 / 5.91-5.99; down (N = 4096,
-     * K = 14336, 28 each) M = 16 15.22-15.26 / 15.17-15.19 / 15.45-15.47,
-     * M = 4 15.04-15.06 / 14.80-14.84 / 15.24-15.25; at M = 32 no faster
-     * (o 6.70-6.72 / 6.98-7.06 / 6.71-6.76). One slot fewer was slower
-     * (o M = 16 6.19-6.21). */
+     * left) takes max(1, share / 12) more, and block 1 the rest: at least
+     * one slot and no more than block 0's, so the kernel's rule (share
+     * each, the last block what is left) gives it exactly that. Measured
+     * on an H200 (gpu-gemm-selftest --launch-cost, stream launches, B
+     * static, us per launch, two runs each; one more slot / two more /
+     * even shares): o (N = K = 4096, 8 slots each) M = 16 5.66-5.71 /
+     * 5.80-5.83 / 5.93-6.00, M = 4 5.61-5.63 / 5.60-5.65 / 5.91-5.99; down
+     * (N = 4096, K = 14336, 28 each) M = 16 15.22-15.26 / 15.17-15.19 /
+     * 15.45-15.47, M = 4 15.04-15.06 / 14.80-14.84 / 15.24-15.25; at
+     * M = 32 no faster (o 6.70-6.72 / 6.98-7.06 / 6.71-6.76). One slot
+     * fewer was slower (o M = 16 6.19-6.21). */
     int share = (int)((nslot + s - 1) / s);
     if (s == 2 && nt <= 16) {
         share += share / 12 > 1 ? share / 12 : 1;
