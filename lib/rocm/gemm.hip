@@ -2885,25 +2885,26 @@ static gpuError_t smm_launch_ring_ns(const smm_mm_dims &d, const smm_epi_params 
     return err;
 }
 
-template <int NT, bool AZP>
-static gpuError_t smm_launch_ring_na(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
-                                     int s, int r, int share, gpuStream_t stream)
+template <int NT, bool AZP, bool PART>
+static gpuError_t smm_launch_ring_nap(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
+                                      int s, int r, int share, gpuStream_t stream)
 {
-    if (d.m < NT)
-        return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, true>(d, e, rt * 4, r, share, stream)
-               : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, true>(d, e, rt * 2, r, share, stream)
-                        : smm_launch_ring_ns<NT, 1, AZP, true>(d, e, rt, r, share, stream);
-    return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, false>(d, e, rt * 4, r, share, stream)
-           : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, false>(d, e, rt * 2, r, share, stream)
-                    : smm_launch_ring_ns<NT, 1, AZP, false>(d, e, rt, r, share, stream);
+    return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, PART>(d, e, rt * 4, r, share, stream)
+           : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, PART>(d, e, rt * 2, r, share, stream)
+                    : smm_launch_ring_ns<NT, 1, AZP, PART>(d, e, rt, r, share, stream);
 }
 
+/* The instantiation for e.azp and for rows past M (PART: M < NT). */
 template <int NT>
 static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
                                     int s, int r, int share, gpuStream_t stream)
 {
-    return e.azp != NULL ? smm_launch_ring_na<NT, true>(d, e, rt, s, r, share, stream)
-                         : smm_launch_ring_na<NT, false>(d, e, rt, s, r, share, stream);
+    const bool part = d.m < NT;
+    if (e.azp != NULL)
+        return part ? smm_launch_ring_nap<NT, true, true>(d, e, rt, s, r, share, stream)
+                    : smm_launch_ring_nap<NT, true, false>(d, e, rt, s, r, share, stream);
+    return part ? smm_launch_ring_nap<NT, false, true>(d, e, rt, s, r, share, stream)
+                : smm_launch_ring_nap<NT, false, false>(d, e, rt, s, r, share, stream);
 }
 
 /* The blocks per cluster of the ring decode kernel for rt 64-row blocks:
