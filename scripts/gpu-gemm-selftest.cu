@@ -251,6 +251,7 @@ struct case_opts {
     int64_t m, n, k;
     int a_off, b_off;        /* byte offset of the view from a 256-byte boundary */
     int64_t lda, ldb, ldc;
+    int c_off;               /* elements of C's view past a 16-byte boundary */
     smm_dtype dtype;
     int sa_per_row, sb_per_col, has_bias, has_azp, azp_per_row;
     int special_pct;
@@ -343,7 +344,9 @@ static void run_case(const case_opts &o)
     const int es = dtype_size(o.dtype);
     const int64_t afoot = (m - 1) * o.lda + k, bfoot = (n - 1) * o.ldb + k;
     const int64_t celems = (m - 1) * o.ldc + n;
-    const int64_t guard = 64; /* bytes poisoned before and after C's footprint */
+    /* Bytes poisoned before and after C's footprint (C's view starts
+     * c_off elements past a 16-byte boundary). */
+    const int64_t guard = 64 + (int64_t)o.c_off * es;
     const int64_t cbytes = celems * es + 2 * guard;
     int8_t *da = NULL, *db = NULL;
     unsigned char *dc = NULL;
@@ -847,6 +850,31 @@ static void run_tests(void)
             run_case(o);
         }
         smm_decode_force_kind = smm_decode_force_stages = smm_decode_force_s = 0;
+    }
+
+    fprintf(stderr, "the ring decode kernel's stores at M 17..32 (staged 16-byte pieces where "
+                    "a 64-column tile is whole and C's rows 16-byte aligned, else each "
+                    "element), every output type\n");
+    {
+        const int64_t ns[] = {64, 128, 192, 200, 250, 1000, 4096};
+        const int64_t pads[] = {0, 8, 16, 1, 2, 3};
+        for (it = 0; it < 32; it++) {
+            const int64_t m = rnd(17, 32), n = ns[rnd(0, 6)], k = rnd(1, 3000);
+            case_opts o = aligned_opts(m, n, k);
+            const int t = it & 3;
+            o.dtype = t == 0 ? SMM_DTYPE_BF16 : t == 1 ? SMM_DTYPE_F16
+                      : t == 2 ? SMM_DTYPE_F32 : SMM_DTYPE_I32;
+            if (o.dtype == SMM_DTYPE_I32)
+                o.has_bias = o.has_azp = o.sa_per_row = o.sb_per_col = o.special_pct = 0;
+            o.ldc = n + pads[rnd(0, 5)];
+            o.c_off = rnd(0, 3) == 0 ? 1 : 0;
+            o.b_static = (int)rnd(0, 1);
+            o.full_check = 1;
+            smm_decode_force_kind = 3;
+            smm_decode_force_s = (int)rnd(0, 2) == 0 ? 0 : (int)rnd(1, 2);
+            run_case(o);
+        }
+        smm_decode_force_kind = smm_decode_force_s = 0;
     }
 
     fprintf(stderr, "tile tails\n");
