@@ -329,6 +329,12 @@ SMM_DEV uint32_t smm_epi_bits_in(const smm_epi_params &e, int32_t acc, int32_t c
     return smm_epi_f32_to_bf16(y);
 }
 
+/* Bytes of one element of C: 4 (int32, float) or 2 (float16, bfloat16). */
+SMM_DEV int smm_epi_c_bytes(const smm_epi_params &e)
+{
+    return e.c_dtype == SMM_DTYPE_I32 || e.c_dtype == SMM_DTYPE_F32 ? 4 : 2;
+}
+
 /* Stores element (m, n) of C from its bits (smm_epi_bits_in). */
 SMM_DEV void smm_epi_put(const smm_epi_params &e, int64_t m, int64_t n, uint32_t bits)
 {
