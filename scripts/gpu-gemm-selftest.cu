@@ -17,11 +17,13 @@
  *   /tmp/gpu-gemm-selftest --decode-sweep  # every decode kernel variant
  *                                          # at M = 1, 16, 32, and the
  *                                          # cost of its parts
- *   /tmp/gpu-gemm-selftest --launch-cost [raw]
+ *   /tmp/gpu-gemm-selftest --launch-cost [raw] [quick]
  *                                          # host queueing cost against
  *                                          # time per decode launch, and
  *                                          # each decode kernel forced
- *                                          # (raw: B not static)
+ *                                          # (raw: B not static; quick:
+ *                                          # the launcher's choice only,
+ *                                          # not M = 2, 4)
  *   /tmp/gpu-gemm-selftest --ring-sweep    # the ring decode kernel's
  *                                          # splits and slot counts
  *   (built with -DSMM_RING_TRACE as well)
@@ -1546,8 +1548,11 @@ static void time_decode_launches(const decode_bufs &bufs, int64_t m, int64_t n, 
  * for queueing 2000 launches, and per launch until the stream is done, at
  * M = 1, 2, 4, 8, 16, 24, 32; median of 5 runs. When the
  * two are about equal the launches are host-bound: the GPU waits for the
- * host, and what the GPU could overlap between launches it cannot. */
-static void run_launch_cost(bool b_static)
+ * host, and what the GPU could overlap between launches it cannot.
+ * quick: only the launcher's own choice (the first two columns), and not
+ * M = 2, 4: about 4 s instead of 15, for comparing builds run after one
+ * another in one session. */
+static void run_launch_cost(bool b_static, bool quick)
 {
     const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
     const int64_t ms[] = {1, 2, 4, 8, 16, 24, 32};
@@ -1568,8 +1573,10 @@ static void run_launch_cost(bool b_static)
         for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
             const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
+            if (quick && (m == 2 || m == 4))
+                continue;
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
-            for (int col = 0; col < 4; col++) {
+            for (int col = 0; col < (quick ? 1 : 4); col++) {
                 double tq, tt;
                 /* _r: the mma.sync kernel's register form */
                 smm_decode_force_pre = col == 1 ? -1 : 0;
@@ -1703,8 +1710,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--decode-sweep"))
             sweep = 1, tests = 0, bench = 0;
         else if (!strcmp(argv[i], "--launch-cost")) {
-            const bool raw = i + 1 < argc && !strcmp(argv[i + 1], "raw");
-            run_launch_cost(!raw);
+            bool raw = false, quick = false;
+            for (int j = i + 1; j < argc; j++) {
+                raw = raw || !strcmp(argv[j], "raw");
+                quick = quick || !strcmp(argv[j], "quick");
+            }
+            run_launch_cost(!raw, quick);
             return 0;
 #if defined(SMM_RING_TRACE)
         } else if (!strcmp(argv[i], "--trace") && i + 5 < argc) {
@@ -1725,7 +1736,7 @@ int main(int argc, char **argv)
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--no-bench | --bench-only | --decode-sweep | "
-                            "--launch-cost [raw] | --ring-sweep | --decode-one M N K [KIND] | "
+                            "--launch-cost [raw] [quick] | --ring-sweep | --decode-one M N K [KIND] | "
                             "--trace M N K S R [L] (built with -DSMM_RING_TRACE)]\n",
                     argv[0]);
             return 2;
