@@ -2114,8 +2114,9 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
      * writes nor the 16-byte reads meet in a bank) and out as 16-byte
      * pieces of C's rows, 2 (or 4) stores per thread instead of 16 of 2 (or
      * 4) bytes. Measured on an H200 (gpu-gemm-selftest --launch-cost,
-     * stream launches, B static, us per launch, two runs each, against the
-     * per-element stores in the same run): N = K = 4096, M = 32 6.20-6.24
+     * stream launches, B static, us per launch, two or three runs each,
+     * against the per-element stores in the same run; doc/performance.md,
+     * "The ring kernel's outputs at NT = 32"): N = K = 4096, M = 32 6.20-6.24
      * against 6.69-6.75, M = 24 6.28-6.34 against 6.76-6.84; N = 6144,
      * K = 4096, M = 32 8.00-8.03 against 9.14-9.16; N = 28672, K = 4096,
      * M = 32 32.24-32.36 against 33.14-33.42; N = 4096, K = 14336, M = 32
