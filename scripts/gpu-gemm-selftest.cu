@@ -136,6 +136,10 @@ static int64_t rnd(int64_t lo, int64_t hi) /* inclusive */
     return lo + (int64_t)(rnd64() % (uint64_t)(hi - lo + 1));
 }
 
+/* Blocks per cluster that the ring kernel's cases force (0: the
+ * launcher's split); index with rnd(0, 3). */
+static const int ring_splits[] = {0, 1, 2, 4};
+
 static float f32_of_bits(uint32_t u)
 {
     float f;
@@ -840,7 +844,7 @@ static void run_tests(void)
         /* The ring decode kernel with B static copies weights before its
          * wait: late A (and the kernel's own check that it ran), forced,
          * every slot count and cluster size. */
-        const int rs[] = {0, 3, 4, 5, 6, 7, 8}, ss[] = {0, 1, 2, 4};
+        const int rs[] = {0, 3, 4, 5, 6, 7, 8};
         for (it = 0; it < 24; it++) {
             const int64_t m = rnd(1, 32), n = rnd(1, 3000), k = rnd(1, 9000);
             case_opts o = aligned_opts(m, n, k);
@@ -848,7 +852,7 @@ static void run_tests(void)
             o.b_static = 1;
             smm_decode_force_kind = 3;
             smm_decode_force_stages = rs[rnd(0, 6)];
-            smm_decode_force_s = ss[rnd(0, 3)];
+            smm_decode_force_s = ring_splits[rnd(0, 3)];
             run_case(o);
         }
         smm_decode_force_kind = smm_decode_force_stages = smm_decode_force_s = 0;
@@ -860,7 +864,6 @@ static void run_tests(void)
     {
         const int64_t ns[] = {40, 64, 128, 192, 200, 250, 1000, 4096};
         const int64_t pads[] = {0, 8, 16, 1, 2, 3};
-        const int ss[] = {0, 1, 2, 4};
         for (it = 0; it < 32; it++) {
             const int64_t m = rnd(17, 32), n = ns[rnd(0, 7)], k = rnd(1, 3000);
             case_opts o = aligned_opts(m, n, k);
@@ -874,7 +877,7 @@ static void run_tests(void)
             o.b_static = (int)rnd(0, 1);
             o.full_check = 1;
             smm_decode_force_kind = 3;
-            smm_decode_force_s = ss[rnd(0, 3)];
+            smm_decode_force_s = ring_splits[rnd(0, 3)];
             run_case(o);
         }
         smm_decode_force_kind = smm_decode_force_s = 0;
@@ -1551,8 +1554,8 @@ static void time_decode_launches(const decode_bufs &bufs, int64_t m, int64_t n, 
  * two are about equal the launches are host-bound: the GPU waits for the
  * host, and what the GPU could overlap between launches it cannot.
  * quick: only the launcher's own choice (the first two columns), and not
- * M = 2, 4: about 4 s instead of 15, for comparing builds run after one
- * another in one session. */
+ * M = 2, 4: about 4 s instead of about 20, for comparing builds run after
+ * one another in one session. */
 static void run_launch_cost(bool b_static, bool quick)
 {
     const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
@@ -1577,10 +1580,10 @@ static void run_launch_cost(bool b_static, bool quick)
                "M", "N", "K", "queue", "total", "queue_r", "total_r", "total_m", "total_g");
     for (int si = 0; si < 4; si++)
         for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
+            if (quick && (ms[mi] == 2 || ms[mi] == 4))
+                continue;
             const int64_t m = ms[mi], n = shapes[si][0], k = shapes[si][1], wb = n * k;
             const int copies = (int)std::min<int64_t>((rot + wb - 1) / wb, max_b / wb);
-            if (quick && (m == 2 || m == 4))
-                continue;
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             for (int col = 0; col < (quick ? 1 : 4); col++) {
                 double tq, tt;
