@@ -8,6 +8,7 @@
  * register exit handlers); a plugin that loads but reports no device stays
  * mapped too, for the same reason.
  */
+#define _GNU_SOURCE 1   /* dladdr */
 #include "config.h"
 #include "gpu_loader.h"
 
@@ -51,14 +52,29 @@ const smm_backend_ops *smm_gpu_load(smm_backend b, const char **reason)
     char *why = reasons[slot];
     *reason = why;
 
+    /* Where to look: $SMM_GPU_PLUGIN_DIR, else the folder `scaledmm/` beside
+     * the libscaledmm that is running (so a relocated tree, such as the one
+     * the Python package bundles, finds its plugins), else the compiled-in
+     * pkglibdir (the same folder for a library installed where configured). */
     const char *env = getenv("SMM_GPU_PLUGIN_DIR");
     const char *dir = env && *env ? env : SMM_PKGLIBDIR;
     char path[4096];
+    struct stat sb;
+    char beside[4096];
+    Dl_info self;
+    if (!(env && *env) && dladdr((void *)&smm_gpu_load, &self) && self.dli_fname) {
+        const char *slash = strrchr(self.dli_fname, '/');
+        int len = slash ? (int)(slash - self.dli_fname) : 1;
+        const char *base = slash ? self.dli_fname : ".";
+        if ((size_t)snprintf(beside, sizeof beside, "%.*s/scaledmm", len, base) < sizeof beside &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", beside, file) < sizeof path &&
+            stat(path, &sb) == 0)
+            dir = beside;
+    }
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path) {
         snprintf(why, sizeof reasons[0], "%s: plugin directory name too long", file);
         return NULL;
     }
-    struct stat sb;
     if (stat(path, &sb) != 0) {
         if (built)
             snprintf(why, sizeof reasons[0], "%s not found in %s (not installed?)", file, dir);
