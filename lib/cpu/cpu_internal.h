@@ -273,6 +273,10 @@ typedef void (*smm_cpu_prepare_fn)(const void *job, unsigned char *shared, int t
  * multiple of mc; the last band smaller): prepare() fills shared_bytes of
  * scratch for the band, then the band's tiles run, each handed the shared
  * buffer offset by shared_row_bytes per row of the band above it. */
+/* The fewest multiply-adds (M * N * K) worth a thread of their own in
+ * smm_cpu_run_tiles. */
+#define SMM_CPU_MACS_PER_THREAD ((int64_t)1 << 17)
+
 typedef struct smm_cpu_tiling {
     int64_t m, n, mc, nc;
     size_t thread_bytes;

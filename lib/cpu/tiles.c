@@ -25,6 +25,17 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     const int64_t total = band_mtiles * ntiles;
     if (nthreads > total)
         nthreads = (int)total;
+    /* With the default thread count (0), a thread per
+     * SMM_CPU_MACS_PER_THREAD multiply-adds at most: below that, starting
+     * and joining a team costs more than it saves (a call on a small layer
+     * is then one thread's few microseconds). A count the caller set is
+     * used as it is. */
+    int64_t macs;
+    if (__builtin_mul_overflow(t->m, t->n, &macs) ||
+        __builtin_mul_overflow(macs, p->k > 0 ? p->k : 1, &macs))
+        macs = INT64_MAX;
+    if (ctx->num_threads == 0 && (int64_t)nthreads > macs / SMM_CPU_MACS_PER_THREAD + 1)
+        nthreads = (int)(macs / SMM_CPU_MACS_PER_THREAD + 1);
     if (nthreads < 1)
         nthreads = 1;
 
