@@ -1,0 +1,340 @@
+// torch_ops.cpp - scaledmm's PyTorch custom operators (namespace `scaledmm`).
+//
+// Compiled against the installed torch on first use (scaledmm/torch.py) and
+// linked to the libscaledmm bundled with the package. The ops are
+// registered with the dispatcher in C++ (the CPU and CUDA keys; ROCm builds
+// of torch use the CUDA key too), so a call from Python costs what any
+// native op's dispatch costs. Their fake (meta) kernels are registered in
+// scaledmm/torch.py.
+//
+// The tensor's device picks the backend: CPU tensors run on the library's
+// cpu backend (or the one scaledmm.torch.set_cpu_backend names), CUDA
+// tensors on the cuda (or, under a ROCm torch, rocm) backend, on the
+// tensor's device and torch's current stream of that device, so the ops
+// are recorded into a CUDA graph being captured on that stream. Contexts
+// are created once per thread and backend. CPU work uses the library's
+// OpenMP threads (OMP_NUM_THREADS; fewer on small problems) unless
+// scaledmm.torch.set_num_threads sets a count. Every argument is checked here, before the
+// library checks it again; on any error nothing is written.
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <scaledmm.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <tuple>
+
+namespace {
+
+std::atomic<int> cpu_backend{SMM_BACKEND_CPU};
+std::atomic<int> gpu_backend{SMM_BACKEND_CUDA};
+std::atomic<int> cpu_threads{0};   // smm_context_set_num_threads for CPU work
+
+struct ThreadContexts {
+    std::array<smm_context *, 8> ctx{};
+    ~ThreadContexts()
+    {
+        for (smm_context *c : ctx)
+            smm_context_destroy(c);
+    }
+};
+
+smm_context *context_for(int backend)
+{
+    thread_local ThreadContexts cache;
+    smm_context *&c = cache.ctx.at(static_cast<size_t>(backend));
+    if (!c) {
+        smm_status st = smm_context_create(&c, static_cast<smm_backend>(backend));
+        if (st != SMM_OK) {
+            const char *why = "";
+            smm_backend_available(static_cast<smm_backend>(backend), &why);
+            TORCH_CHECK(false, "scaledmm: cannot create a context on backend '",
+                        smm_backend_name(static_cast<smm_backend>(backend)), "': ",
+                        smm_strerror(st), (why && *why) ? ": " : "", why ? why : "");
+        }
+    }
+    return c;
+}
+
+// The context for work on `device`, bound to torch's current stream there
+// (GPU) or to torch's thread count (CPU).
+smm_context *context_on(const c10::Device &device)
+{
+    if (device.is_cpu()) {
+        smm_context *c = context_for(cpu_backend.load(std::memory_order_relaxed));
+        smm_context_set_num_threads(c, cpu_threads.load(std::memory_order_relaxed));
+        return c;
+    }
+    TORCH_CHECK(device.is_cuda(), "scaledmm: tensors on ", device,
+                " are not supported (CPU and CUDA/ROCm devices only)");
+    smm_context *c = context_for(gpu_backend.load(std::memory_order_relaxed));
+    c10::Stream s = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    smm_context_set_stream(c, s.native_handle());
+    return c;
+}
+
+void check_status(smm_context *ctx, smm_status st, const char *op)
+{
+    TORCH_CHECK(st == SMM_OK, "scaledmm.", op, ": ", smm_strerror(st), ": ",
+                smm_context_last_error(ctx));
+}
+
+c10::ScalarType dtype_of(smm_dtype d)
+{
+    switch (d) {
+    case SMM_DTYPE_F16: return at::kHalf;
+    case SMM_DTYPE_BF16: return at::kBFloat16;
+    default: return at::kFloat;
+    }
+}
+
+smm_dtype float_code(c10::ScalarType t, const char *op, const char *name)
+{
+    switch (t) {
+    case at::kFloat: return SMM_DTYPE_F32;
+    case at::kHalf: return SMM_DTYPE_F16;
+    case at::kBFloat16: return SMM_DTYPE_BF16;
+    default:
+        TORCH_CHECK_TYPE(false, "scaledmm.", op, ": ", name, " has dtype ", t,
+                         "; expected float32, float16 or bfloat16");
+    }
+    return SMM_DTYPE_F32;
+}
+
+// A 2-D tensor of `dtype` passed through its leading dimension (elements).
+int64_t leading_dim(const at::Tensor &t, c10::ScalarType dtype, const char *op, const char *name)
+{
+    TORCH_CHECK_TYPE(t.scalar_type() == dtype, "scaledmm.", op, ": ", name, " has dtype ",
+                     t.scalar_type(), "; expected ", dtype);
+    TORCH_CHECK_VALUE(t.dim() == 2, "scaledmm.", op, ": ", name, " has ", t.dim(),
+                      " dimensions; expected 2");
+    const int64_t rows = t.size(0), cols = t.size(1);
+    if (rows == 0 || cols == 0)
+        return std::max<int64_t>(cols, 1);
+    TORCH_CHECK_VALUE(cols == 1 || t.stride(1) == 1, "scaledmm.", op, ": ", name,
+                      " is not contiguous along its last dimension (strides ", t.strides(),
+                      "); a transposed or strided view cannot be given as a leading "
+                      "dimension: pass ", name, ".contiguous()");
+    if (rows == 1)
+        return cols;
+    TORCH_CHECK_VALUE(t.stride(0) >= cols, "scaledmm.", op, ": ", name,
+                      " has overlapping or reversed rows (row stride ", t.stride(0), " < ", cols,
+                      " columns)");
+    return t.stride(0);
+}
+
+// A contiguous vector of `dtype` with `len_a` or `len_b` elements (any shape).
+int64_t vector_len(const at::Tensor &t, c10::ScalarType dtype, int64_t len_a, int64_t len_b,
+                   const char *op, const char *name)
+{
+    TORCH_CHECK_TYPE(t.scalar_type() == dtype, "scaledmm.", op, ": ", name, " has dtype ",
+                     t.scalar_type(), "; expected ", dtype);
+    TORCH_CHECK_VALUE(t.is_contiguous(), "scaledmm.", op, ": ", name, " is not contiguous");
+    TORCH_CHECK_VALUE(t.numel() == len_a || t.numel() == len_b, "scaledmm.", op, ": ", name,
+                      " has ", t.numel(), " elements; expected ", len_a,
+                      len_a != len_b ? " or " : "", len_a != len_b ? std::to_string(len_b) : "");
+    return t.numel();
+}
+
+void same_device(const at::Tensor &ref, const at::Tensor &t, const char *op, const char *name)
+{
+    TORCH_CHECK_VALUE(t.device() == ref.device(), "scaledmm.", op, ": ", name, " is on ",
+                      t.device(), " but a is on ", ref.device(),
+                      "; every tensor of a call must be on one device");
+}
+
+void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                    const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                    const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+{
+    const int64_t lda = leading_dim(a, at::kChar, op, "a");
+    const int64_t ldb = leading_dim(b, at::kChar, op, "b");
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+    TORCH_CHECK_VALUE(b.size(1) == k, "scaledmm.", op, ": b has shape ", b.sizes(),
+                      "; expected [N, ", k, "] (K of a)");
+    same_device(a, b, op, "b");
+    same_device(a, scale_a, op, "scale_a");
+    same_device(a, scale_b, op, "scale_b");
+    same_device(a, out, op, "out");
+    smm_scaled_mm_args args{};
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.lda = lda;
+    args.ldb = ldb;
+    args.scale_a_len = vector_len(scale_a, at::kFloat, 1, m, op, "scale_a");
+    args.scale_b_len = vector_len(scale_b, at::kFloat, 1, n, op, "scale_b");
+    if (bias) {
+        same_device(a, *bias, op, "bias");
+        vector_len(*bias, at::kFloat, n, n, op, "bias");
+        args.bias = bias->data_ptr<float>();
+    }
+    if (azp) {
+        same_device(a, *azp, op, "azp");
+        args.azp_len = vector_len(*azp, at::kInt, 1, m, op, "azp");
+        args.azp = azp->data_ptr<int32_t>();
+    }
+    args.c_dtype = float_code(out.scalar_type(), op, "out");
+    TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == m && out.size(1) == n, "scaledmm.", op,
+                      ": out has shape ", out.sizes(), "; expected [", m, ", ", n, "]");
+    args.ldc = leading_dim(out, out.scalar_type(), op, "out");
+    args.a = static_cast<const int8_t *>(a.data_ptr());
+    args.b = static_cast<const int8_t *>(b.data_ptr());
+    args.scale_a = scale_a.data_ptr<float>();
+    args.scale_b = scale_b.data_ptr<float>();
+    args.c = out.data_ptr();
+    c10::DeviceGuard guard(a.device());
+    smm_context *ctx = context_on(a.device());
+    check_status(ctx, smm_scaled_mm(ctx, &args), op);
+}
+
+at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                     const at::Tensor &scale_b, c10::ScalarType out_dtype,
+                     const c10::optional<at::Tensor> &bias, const c10::optional<at::Tensor> &azp)
+{
+    float_code(out_dtype, "scaled_mm", "out_dtype");
+    TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2, "scaledmm.scaled_mm: a and b must be 2-D "
+                      "(got ", a.dim(), " and ", b.dim(), " dimensions)");
+    at::Tensor out = at::empty({a.size(0), b.size(0)}, a.options().dtype(out_dtype));
+    scaled_mm_into(a, b, scale_a, scale_b, bias, azp, out, "scaled_mm");
+    return out;
+}
+
+void scaled_mm_out(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                   const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                   const c10::optional<at::Tensor> &azp, at::Tensor out)
+{
+    scaled_mm_into(a, b, scale_a, scale_b, bias, azp, out, "scaled_mm_out");
+}
+
+at::Tensor gemm_s8s8s32(const at::Tensor &a, const at::Tensor &b)
+{
+    const char *op = "gemm_s8s8s32";
+    const int64_t lda = leading_dim(a, at::kChar, op, "a");
+    const int64_t ldb = leading_dim(b, at::kChar, op, "b");
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+    TORCH_CHECK_VALUE(b.size(1) == k, "scaledmm.", op, ": b has shape ", b.sizes(),
+                      "; expected [N, ", k, "] (K of a)");
+    same_device(a, b, op, "b");
+    at::Tensor out = at::empty({m, n}, a.options().dtype(at::kInt));
+    c10::DeviceGuard guard(a.device());
+    smm_context *ctx = context_on(a.device());
+    check_status(ctx,
+                 smm_gemm_s8s8s32(ctx, m, n, k, static_cast<const int8_t *>(a.data_ptr()), lda,
+                                  static_cast<const int8_t *>(b.data_ptr()), ldb,
+                                  out.data_ptr<int32_t>(), std::max<int64_t>(n, 1)),
+                 op);
+    return out;
+}
+
+// quantize_i8(x, scale=None, azp=None, symmetric=True) -> (q, scale, azp)
+// scale given: static per-tensor (azp: optional zero point); else dynamic
+// per-token, producing scale [M] and, unless symmetric, azp [M]. A
+// symmetric call returns an empty int32 azp.
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+quantize_i8(const at::Tensor &x, const c10::optional<at::Tensor> &scale,
+            const c10::optional<at::Tensor> &azp, bool symmetric)
+{
+    const char *op = "quantize_i8";
+    TORCH_CHECK_VALUE(x.dim() == 2, "scaledmm.", op, ": x has ", x.dim(),
+                      " dimensions; expected 2");
+    smm_quantize_args q{};
+    q.x_dtype = float_code(x.scalar_type(), op, "x");
+    q.ldx = leading_dim(x, x.scalar_type(), op, "x");
+    q.m = x.size(0);
+    q.k = x.size(1);
+    at::Tensor out = at::empty({q.m, q.k}, x.options().dtype(at::kChar));
+    q.ldq = std::max<int64_t>(q.k, 1);
+    at::Tensor s, z;
+    if (scale) {
+        same_device(x, *scale, op, "scale");
+        vector_len(*scale, at::kFloat, 1, 1, op, "scale");
+        TORCH_CHECK_VALUE(azp || symmetric, "scaledmm.", op,
+                          ": static asymmetric quantization needs azp");
+        s = scale->clone();   // outputs never alias inputs (the op's schema)
+        if (azp) {
+            same_device(x, *azp, op, "azp");
+            vector_len(*azp, at::kInt, 1, 1, op, "azp");
+            z = azp->clone();
+        } else {
+            z = at::empty({0}, x.options().dtype(at::kInt));
+        }
+        q.mode = SMM_QUANT_STATIC_PER_TENSOR;
+    } else {
+        TORCH_CHECK_VALUE(!azp, "scaledmm.", op, ": dynamic quantization produces the zero "
+                          "points; pass symmetric=False instead of azp");
+        s = at::empty({q.m}, x.options().dtype(at::kFloat));
+        z = at::empty({symmetric ? 0 : q.m}, x.options().dtype(at::kInt));
+        q.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+    }
+    q.x = x.data_ptr();
+    q.q = static_cast<int8_t *>(out.data_ptr());
+    q.scale = s.data_ptr<float>();
+    q.azp = z.numel() ? z.data_ptr<int32_t>() : nullptr;
+    c10::DeviceGuard guard(x.device());
+    smm_context *ctx = context_on(x.device());
+    check_status(ctx, smm_quantize_i8(ctx, &q), op);
+    return {out, s, z};
+}
+
+// Which backends the ops use: cpu for CPU tensors (cpu or reference),
+// gpu for CUDA tensors (cuda, or rocm under a ROCm build of torch).
+void set_backends(int64_t cpu, int64_t gpu)
+{
+    TORCH_CHECK_VALUE(cpu == SMM_BACKEND_CPU || cpu == SMM_BACKEND_REFERENCE,
+                      "scaledmm: the CPU tensors' backend must be cpu or reference");
+    TORCH_CHECK_VALUE(gpu == SMM_BACKEND_CUDA || gpu == SMM_BACKEND_ROCM,
+                      "scaledmm: the GPU tensors' backend must be cuda or rocm");
+    cpu_backend.store(static_cast<int>(cpu));
+    gpu_backend.store(static_cast<int>(gpu));
+}
+
+void set_num_threads(int64_t n)
+{
+    TORCH_CHECK_VALUE(n >= 0 && n <= 1 << 20, "scaledmm.set_num_threads: ", n,
+                      " is not a thread count (0: the library's default)");
+    cpu_threads.store(static_cast<int>(n));
+}
+
+// The stream handle the ops use on `device` (tests compare it with torch's).
+int64_t current_stream_handle(c10::Device device)
+{
+    c10::Stream s = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    return static_cast<int64_t>(reinterpret_cast<intptr_t>(s.native_handle()));
+}
+
+} // namespace
+
+TORCH_LIBRARY(scaledmm, m)
+{
+    m.def("scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType out_dtype, "
+          "Tensor? bias=None, Tensor? azp=None) -> Tensor");
+    m.def("scaled_mm_out(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+          "Tensor? azp, Tensor(a!) out) -> ()");
+    m.def("gemm_s8s8s32(Tensor a, Tensor b) -> Tensor");
+    m.def("quantize_i8(Tensor x, Tensor? scale=None, Tensor? azp=None, bool symmetric=True) "
+          "-> (Tensor, Tensor, Tensor)");
+    m.def("_set_backends(int cpu, int gpu) -> ()", &set_backends);
+    m.def("_set_num_threads(int n) -> ()", &set_num_threads);
+    m.def("_current_stream_handle(Device device) -> int", &current_stream_handle);
+}
+
+TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
+{
+    m.impl("scaled_mm", &scaled_mm);
+    m.impl("scaled_mm_out", &scaled_mm_out);
+    m.impl("gemm_s8s8s32", &gemm_s8s8s32);
+    m.impl("quantize_i8", &quantize_i8);
+}
+
+TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
+{
+    m.impl("scaled_mm", &scaled_mm);
+    m.impl("scaled_mm_out", &scaled_mm_out);
+    m.impl("gemm_s8s8s32", &gemm_s8s8s32);
+    m.impl("quantize_i8", &quantize_i8);
+}

@@ -1,0 +1,321 @@
+"""scaledmm for PyTorch: custom ops on CPU and GPU tensors, and ScaledMMLinear.
+
+Importing this module makes the operators available as torch.ops.scaledmm.*:
+
+    scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, azp=None) -> Tensor
+    scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out) -> ()
+    gemm_s8s8s32(a, b) -> Tensor
+    quantize_i8(x, scale=None, azp=None, symmetric=True) -> (q, scale, azp)
+
+They are C++ operators registered with torch's dispatcher, compiled against
+the installed torch the first time this module is imported (about a minute,
+with ninja and a C++ compiler; the result is cached in
+$SCALEDMM_TORCH_BUILD_DIR, default ~/.cache/scaledmm/torch_ops/<torch
+version>), and linked to the libscaledmm bundled with the package. Each op
+has a fake (meta) kernel, so torch.compile(fullgraph=True) traces through
+them, and torch.library.opcheck passes.
+
+The tensors' device picks the backend: CPU tensors run on the library's cpu
+backend (set_cpu_backend("reference") selects the scalar reference), CUDA
+tensors on the cuda backend (rocm under a ROCm build of torch) on the
+tensors' device and torch's current stream there, so CUDA-graph capture
+records them. Every number is the numerics contract's (doc/numerics.md):
+the same bits on every backend and for every batch size, so a row's result
+never depends on the rows batched with it.
+
+Bad input (wrong dtype, device, shape, or a view that a leading dimension
+cannot express) raises TypeError, ValueError or RuntimeError naming the
+argument, and nothing is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional, Union
+
+import torch
+
+from . import _core
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _build_dir() -> Path:
+    src = (_PKG / "csrc" / "torch_ops.cpp").read_bytes() + (_PKG / "include" / "scaledmm.h").read_bytes()
+    tag = "torch%s-py%d%d-%s" % (torch.__version__, sys.version_info[0], sys.version_info[1],
+                                 hashlib.sha256(src).hexdigest()[:12])
+    base = os.environ.get("SCALEDMM_TORCH_BUILD_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scaledmm", "torch_ops")
+    return Path(base) / re.sub(r"[^A-Za-z0-9_.+-]", "_", tag)
+
+
+def _load_ops() -> None:
+    try:
+        torch.ops.scaledmm.scaled_mm   # already registered in this process
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    build = _build_dir()
+    built = build / "scaledmm_torch_ops.so"
+    if built.is_file():   # the folder's name carries the sources' hash
+        torch.ops.load_library(str(built))
+        return
+    from torch.utils import cpp_extension
+
+    build.mkdir(parents=True, exist_ok=True)
+    libdir = _PKG / "_lib"
+    print("scaledmm: compiling the PyTorch ops for torch %s in %s (once)" % (torch.__version__, build),
+          file=sys.stderr)
+    cpp_extension.load(
+        name="scaledmm_torch_ops",
+        sources=[str(_PKG / "csrc" / "torch_ops.cpp")],
+        extra_include_paths=[str(_PKG / "include")],
+        extra_cflags=["-O2"],
+        extra_ldflags=["-L%s" % libdir, "-l:libscaledmm.so.0", "-Wl,-rpath,%s" % libdir],
+        build_directory=str(build),
+        is_python_module=False,
+        verbose=False,
+    )
+
+
+_load_ops()
+ops = torch.ops.scaledmm
+ops._set_backends(_core.SMM_BACKEND_CPU,
+                  _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA)
+
+
+# ---------------------------------------------------------------------- #
+# Fake (meta) kernels: shapes and dtypes only, for torch.compile / export #
+# ---------------------------------------------------------------------- #
+@torch.library.register_fake("scaledmm::scaled_mm")
+def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype, bias=None, azp=None):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "scaledmm.scaled_mm: a and b must be 2-D")
+    torch._check(a.dtype == torch.int8 and b.dtype == torch.int8,
+                 lambda: "scaledmm.scaled_mm: a and b must be int8")
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@torch.library.register_fake("scaledmm::scaled_mm_out")
+def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, azp, out):
+    return None
+
+
+@torch.library.register_fake("scaledmm::gemm_s8s8s32")
+def _gemm_fake(a, b):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "scaledmm.gemm_s8s8s32: a and b must be 2-D")
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.int32)
+
+
+@torch.library.register_fake("scaledmm::quantize_i8")
+def _quantize_fake(x, scale=None, azp=None, symmetric=True):
+    torch._check(x.dim() == 2, lambda: "scaledmm.quantize_i8: x must be 2-D")
+    q = x.new_empty(x.shape, dtype=torch.int8)
+    if scale is not None:
+        s = scale.new_empty(scale.shape)
+        z = azp.new_empty(azp.shape) if azp is not None else x.new_empty((0,), dtype=torch.int32)
+    else:
+        s = x.new_empty((x.shape[0],), dtype=torch.float32)
+        z = x.new_empty((0 if symmetric else x.shape[0],), dtype=torch.int32)
+    return q, s, z
+
+
+# ---------------------------------------------------------------------- #
+# Python conveniences                                                     #
+# ---------------------------------------------------------------------- #
+def set_cpu_backend(name: str) -> None:
+    """Which library backend runs the ops on CPU tensors: "cpu" (default,
+    the blocked OpenMP kernels) or "reference" (the scalar reference). The
+    results are the same bits; the reference is slow and meant for tests."""
+    code = _core.backend_from_name(name)
+    gpu = _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA
+    ops._set_backends(code, gpu)
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for the ops' work on CPU tensors. 0 (the default): the
+    library's OpenMP default (OMP_NUM_THREADS, else every core), fewer on
+    problems too small to share; n > 0: n threads. torch.set_num_threads
+    does not apply. Results never depend on it."""
+    ops._set_num_threads(int(n))
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
+              azp: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """C = epilogue(a @ b.T), the w8a8 linear layer (smm_scaled_mm).
+
+    a: int8 [M, K]; b: int8 [N, K] (a checkpoint's [out_features,
+    in_features]); scale_a: float32 with 1 (per-tensor) or M (per-token)
+    elements; scale_b: float32, 1 (per-tensor) or N (per-channel); bias:
+    float32 [N] or None; azp: int32 activation zero points, 1 or M elements,
+    or None; out_dtype: torch.float32, float16 or bfloat16; out: an [M, N]
+    tensor of that dtype to write into. All on one device.
+    Per element (doc/numerics.md): acc = sum_k a*b (int32, wrapping),
+    acc -= azp*colsum(b); t = float(acc)*sb; c = sa*t, fma(sa, t, bias) or
+    fma(sa, t, +0) with azp; rounded to out_dtype, NaN canonical.
+    """
+    if out is not None:
+        ops.scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out)
+        return out
+    return ops.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp)
+
+
+def gemm_s8s8s32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The raw accumulators a @ b.T as int32 [M, N], wrapping modulo 2^32
+    (exact whenever K <= 131071). a: int8 [M, K]; b: int8 [N, K]."""
+    return ops.gemm_s8s8s32(a, b)
+
+
+def quantize_i8(x: torch.Tensor, scale: Optional[torch.Tensor] = None,
+                azp: Optional[torch.Tensor] = None, symmetric: bool = True):
+    """Quantizes activations x (float32 / float16 / bfloat16 [M, K]) to int8
+    (smm_quantize_i8, the formulas of vLLM's scaled_quant.cu).
+
+    scale given (float32, 1 element): static per-tensor; azp (int32, 1
+    element) adds a zero point. scale None: dynamic per-token, one scale per
+    row (amax / 127), or with symmetric=False (max - min) / 255 and a zero
+    point per row. Returns (q int8 [M, K], scale float32, azp int32 or None).
+    """
+    q, s, z = ops.quantize_i8(x, scale, azp, symmetric)
+    return q, s, (z if (azp is not None or not symmetric) else None)
+
+
+def current_stream_handle(device: Union[str, torch.device]) -> int:
+    """The raw stream handle the ops queue work on for `device` (torch's
+    current stream there); 0 for the default stream."""
+    return ops._current_stream_handle(torch.device(device))
+
+
+# ---------------------------------------------------------------------- #
+# ScaledMMLinear                                                          #
+# ---------------------------------------------------------------------- #
+def quantize_weight(weight: torch.Tensor):
+    """Per-channel symmetric int8 weights with compressed-tensors' formula,
+    the one `scaledmm quantize` writes (doc/accuracy.md), per output row w:
+    amax = max(|min(w, 0)|, max(w, 0)); scale = amax / 127.5 (float32, or
+    float32's eps when 0); q = round_half_even(clamp(w / scale, -128, 127)).
+    weight: float [N, K] (widened to float32 exactly). Returns (q int8
+    [N, K], scale float32 [N])."""
+    w = weight.detach().to(torch.float32)
+    amax = torch.maximum(w.clamp(max=0).amin(dim=1).abs(), w.clamp(min=0).amax(dim=1))
+    scale = amax / 127.5
+    scale = torch.where(scale == 0, torch.full_like(scale, torch.finfo(torch.float32).eps), scale)
+    q = torch.round((w / scale[:, None]).clamp(-128, 127)).to(torch.int8)
+    return q, scale
+
+
+class ScaledMMLinear(torch.nn.Module):
+    """A w8a8 Linear: y = dequant(quant(x) @ W_q^T) + bias, through scaledmm.
+
+    Buffers: weight int8 [N, K]; weight_scale float32 [N] (per-channel) or
+    [1] (per-tensor); bias float32 [N] or None; input_scale float32 [1] or
+    None (None: dynamic per-token activations); input_zero_point int32 [1]
+    or None (static asymmetric activations). `symmetric` (dynamic only):
+    False quantizes each row with its own zero point.
+
+    forward(x): x float32 / float16 / bfloat16 [..., K]. The activations
+    are quantized (quantize_i8: dynamic per-token, or static per-tensor),
+    multiplied by the int8 weights with the scales and the bias in the
+    fused epilogue (scaled_mm, out_dtype = x.dtype). Every output bit is
+    the numerics contract's, so a row's result does not depend on the
+    other rows of the batch. Returns [..., N] of x.dtype.
+    """
+
+    def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor,
+                 bias: Optional[torch.Tensor] = None, input_scale: Optional[torch.Tensor] = None,
+                 input_zero_point: Optional[torch.Tensor] = None, symmetric: bool = True):
+        super().__init__()
+        if weight.dtype != torch.int8 or weight.dim() != 2:
+            raise TypeError("ScaledMMLinear: weight must be int8 [N, K], got %s %s"
+                            % (weight.dtype, tuple(weight.shape)))
+        n, k = weight.shape
+        ws = weight_scale.detach().to(torch.float32).reshape(-1).contiguous()
+        if ws.numel() not in (1, n):
+            raise ValueError("ScaledMMLinear: weight_scale has %d elements; expected 1 or %d"
+                             % (ws.numel(), n))
+        self.in_features, self.out_features = k, n
+        self.register_buffer("weight", weight.detach().contiguous())
+        self.register_buffer("weight_scale", ws)
+        self.register_buffer("bias", None if bias is None else
+                             bias.detach().to(torch.float32).reshape(-1).contiguous())
+        if self.bias is not None and self.bias.numel() != n:
+            raise ValueError("ScaledMMLinear: bias has %d elements; expected %d" % (self.bias.numel(), n))
+        self.register_buffer("input_scale", None if input_scale is None else
+                             input_scale.detach().to(torch.float32).reshape(-1).contiguous())
+        if self.input_scale is not None and self.input_scale.numel() != 1:
+            raise ValueError("ScaledMMLinear: input_scale must have one element (static per-tensor)")
+        self.register_buffer("input_zero_point", None if input_zero_point is None else
+                             input_zero_point.detach().to(torch.int32).reshape(-1).contiguous())
+        if self.input_zero_point is not None and self.input_scale is None:
+            raise ValueError("ScaledMMLinear: input_zero_point needs input_scale (static activations)")
+        self.symmetric = bool(symmetric) if input_scale is None else input_zero_point is None
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, symmetric: bool = True,
+                    input_scale: Optional[torch.Tensor] = None,
+                    input_zero_point: Optional[torch.Tensor] = None) -> "ScaledMMLinear":
+        """Quantizes a float nn.Linear: per-channel symmetric int8 weights
+        (quantize_weight), the bias widened to float32 exactly, activations
+        dynamic per-token (symmetric, or with zero points when
+        symmetric=False) unless a static input_scale (and zero point) is
+        given. The module keeps the Linear's device."""
+        q, s = quantize_weight(linear.weight)
+        return cls(q, s, linear.bias, input_scale, input_zero_point, symmetric)
+
+    @classmethod
+    def from_compressed_tensors(cls, weight: torch.Tensor, weight_scale: torch.Tensor,
+                                bias: Optional[torch.Tensor] = None,
+                                input_scale: Optional[torch.Tensor] = None,
+                                input_zero_point: Optional[torch.Tensor] = None,
+                                symmetric: bool = True) -> "ScaledMMLinear":
+        """A layer of a compressed-tensors int8 checkpoint: weight (I8
+        [N, K]), weight_scale ([N, 1], [N] or one element), optional bias,
+        input_scale (static activations) and input_zero_point (static
+        asymmetric); scales and bias are widened to float32 exactly."""
+        return cls(weight, weight_scale, bias, input_scale, input_zero_point, symmetric)
+
+    def extra_repr(self) -> str:
+        act = "dynamic per-token" if self.input_scale is None else "static per-tensor"
+        return "in_features=%d, out_features=%d, bias=%s, activations=%s %s, weights=%s" % (
+            self.in_features, self.out_features, self.bias is not None, act,
+            "symmetric" if self.symmetric else "asymmetric",
+            "per-channel" if self.weight_scale.numel() > 1 or self.out_features == 1 else "per-tensor")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
+        azp = None if self.symmetric else z
+        y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
+        return y.reshape(*lead, self.out_features)
+
+
+def replace_linear(model: torch.nn.Module,
+                   filter: Union[None, str, Callable[[str, torch.nn.Module], bool]] = None,
+                   **kwargs) -> List[str]:
+    """Replaces, in place, every torch.nn.Linear of `model` whose qualified
+    name passes `filter` (None: all; a string: a regular expression searched
+    in the name; a callable: filter(name, module) -> bool) by
+    ScaledMMLinear.from_linear(linear, **kwargs). Returns the names
+    replaced, in module order."""
+    if isinstance(filter, str):
+        pattern = re.compile(filter)
+        keep = lambda name, mod: pattern.search(name) is not None  # noqa: E731
+    elif filter is None:
+        keep = lambda name, mod: True  # noqa: E731
+    else:
+        keep = filter
+    targets = [(name, mod) for name, mod in model.named_modules()
+               if name and isinstance(mod, torch.nn.Linear) and keep(name, mod)]
+    for name, mod in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, ScaledMMLinear.from_linear(mod, **kwargs))
+    return [name for name, _ in targets]
+
+
+__all__ = ["ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "ops", "quantize_i8",
+           "quantize_weight", "replace_linear", "scaled_mm", "set_cpu_backend", "set_num_threads"]
