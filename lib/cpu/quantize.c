@@ -237,6 +237,10 @@ smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q)
     if (nthreads < 1)
         nthreads = 1;
 
+    if (nthreads == 1) {   /* no team to start (the caller is in the contract's fpenv) */
+        rows(q, 0, M);
+        return SMM_OK;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads)
 #endif

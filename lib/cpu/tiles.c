@@ -15,6 +15,59 @@
 #include <omp.h>
 #endif
 
+/* What every thread of smm_cpu_run_tiles needs. */
+typedef struct tiles_run {
+    const smm_cpu_tiling *t;
+    smm_cpu_tile_fn tile;
+    const void *job;
+    const smm_cpu_epilogue *epi;
+    unsigned char *scratch;
+    size_t shared_bytes;
+    int64_t ntiles;
+} tiles_run;
+
+/* Thread tid's share of the tiles, in a team of `team` threads: with one
+ * thread it is called directly, without a parallel region, and meets no
+ * OpenMP construct (an orphaned one would bind to a team of the caller's). */
+static void tiles_worker(const tiles_run *run, int tid, int team)
+{
+    const smm_cpu_tiling *t = run->t;
+    unsigned char *shared = run->scratch;
+    unsigned char *mine = run->scratch + run->shared_bytes + (size_t)tid * t->thread_bytes;
+    smm_fpenv env;
+    smm_fpenv_enter(&env);
+    /* Without prepare, one band of all rows. Within a band, tiles in
+     * column-major order, so that a thread's consecutive tiles share
+     * columns of B; each thread takes a contiguous run of them. */
+    const int64_t band = t->prepare ? t->band_rows : t->m;
+    for (int64_t b0 = 0; b0 < t->m; b0 += band) {
+        const int64_t brows = min64(band, t->m - b0);
+        const int64_t bmt = (brows + t->mc - 1) / t->mc, btotal = bmt * run->ntiles;
+        if (t->prepare) {
+            t->prepare(run->job, shared, tid, team, b0, brows);
+            if (team > 1) {
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+            }
+        }
+        for (int64_t i = btotal * tid / team; i < btotal * (tid + 1) / team; i++) {
+            const int64_t r = (i % bmt) * t->mc, i0 = b0 + r, j0 = (i / bmt) * t->nc;
+            const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
+            run->tile(run->job, run->epi, mine,
+                      shared + (t->prepare ? (size_t)r * t->shared_row_bytes : 0), i0, mt, j0, nt);
+        }
+        /* The next band's prepare() must not overwrite what a tile still
+         * reads. */
+        if (team > 1) {
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+        }
+    }
+    smm_fpenv_leave(&env);
+}
+
 smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
                              int nthreads, smm_cpu_tile_fn tile, const void *job)
 {
@@ -50,51 +103,21 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
                              "cpu backend: out of memory (%zu bytes of scratch per thread, "
                              "%zu shared)", t->thread_bytes, t->shared_bytes);
-    unsigned char *shared = scratch;
-
     const smm_cpu_epilogue epi = {
         p->scale_a, p->scale_a_len, p->scale_b, p->scale_b_len, p->bias,
         p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
     };
 
+    const tiles_run run = {t, tile, job, &epi, scratch, shared_bytes, ntiles};
+    if (nthreads == 1) {
+        tiles_worker(&run, 0, 1);
+    } else {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads)
-#endif
-    {
-        smm_fpenv env;
-        smm_fpenv_enter(&env);
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+        tiles_worker(&run, omp_get_thread_num(), omp_get_num_threads());
 #else
-        const int tid = 0, team = 1;
+        tiles_worker(&run, 0, 1);
 #endif
-        unsigned char *mine = scratch + shared_bytes + (size_t)tid * t->thread_bytes;
-        /* Without prepare, one band of all rows. Within a band, tiles in
-         * column-major order, so that a thread's consecutive tiles share
-         * columns of B. */
-        const int64_t band = t->prepare ? t->band_rows : t->m;
-        for (int64_t b0 = 0; b0 < t->m; b0 += band) {
-            const int64_t brows = min64(band, t->m - b0);
-            const int64_t bmt = (brows + t->mc - 1) / t->mc, btotal = bmt * ntiles;
-            if (t->prepare) {
-                t->prepare(job, shared, tid, team, b0, brows);
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
-            }
-            /* The implied barrier at the end of the loop keeps the next
-             * band's prepare() from overwriting what a tile still reads. */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t i = 0; i < btotal; i++) {
-                const int64_t r = (i % bmt) * t->mc, i0 = b0 + r, j0 = (i / bmt) * t->nc;
-                const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
-                tile(job, &epi, mine, shared + (t->prepare ? (size_t)r * t->shared_row_bytes : 0),
-                     i0, mt, j0, nt);
-            }
-        }
-        smm_fpenv_leave(&env);
     }
 
     smm_host_free(ctx, scratch);
