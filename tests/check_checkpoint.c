@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ctensors.h"
+#include "npy.h"
 #include "safetensors.h"
 
 /* ------------------------------------------------------------------ */
@@ -966,6 +967,94 @@ START_TEST(test_linear_rule)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Hostile files                                                       */
+/* ------------------------------------------------------------------ */
+
+/* FIFOs never hang a reader; a directory where a file belongs, a file
+ * where a directory belongs and a trailing slash give clear messages. */
+START_TEST(test_hostile_paths)
+{
+    char dir[512], out[512], p[1200], slash[600], err[1024];
+    static int8_t w[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    static float ws[2] = { 0.5f, 0.25f }, fw[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    st_tensor ts[2];
+    npy_array a;
+    json_t *cfg;
+
+    make_tmpdir(dir, sizeof dir);
+    make_tmpdir(out, sizeof out);
+    cfg = base_config();
+    ts[0] = tensor("l.weight", ST_I8, 2, 2, 3, w);
+    ts[1] = tensor("l.weight_scale", ST_F32, 2, 2, 1, ws);
+    write_st(dir, "model.safetensors", ts, 2);
+
+    /* config.json a FIFO, then a directory */
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    unlink(p);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    rmdir(p);
+    write_json(dir, "config.json", cfg);
+
+    /* model.safetensors a FIFO */
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "model.safetensors: not a regular file"), "%s", err);
+    /* an activations file that is a FIFO */
+    ck_assert_int_ne(tensor_file_read(p, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    snprintf(p, sizeof p, "%s/x.npy", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_int_ne(tensor_file_read(p, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "x.npy: not a regular file"), "%s", err);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    write_st(dir, "model.safetensors", ts, 2);
+
+    /* a file where a directory belongs */
+    ck_assert_ptr_null(ct_model_open(p, err, sizeof err));
+    ck_assert_msg(strstr(err, "model.safetensors: not a directory"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(p, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "model.safetensors: not a directory"), "%s", err);
+
+    /* a trailing slash: no double slash in messages */
+    snprintf(slash, sizeof slash, "%s/", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    ck_assert_ptr_null(ct_model_open(slash, err, sizeof err));
+    ck_assert_msg(strstr(err, p) && !strstr(err, "//"), "%s", err);
+    write_json(dir, "config.json", cfg);
+    {
+        ct_model *m = ct_model_open(slash, err, sizeof err);
+        ck_assert_msg(m != NULL, "%s", err);
+        ct_model_close(m);
+    }
+    /* quantize a float model given with a trailing slash */
+    write_text(dir, "config.json", "{}");
+    ts[0] = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    write_st(dir, "model.safetensors", ts, 1);
+    ck_assert_msg(ct_quantize_checkpoint(slash, out, NULL, NULL, err, sizeof err) == 0,
+                  "%s", err);
+
+    json_decref(cfg);
+    rm_tree(dir);
+    rm_tree(out);
+}
+END_TEST
+
+
 Suite *checkpoint_suite(void);
 Suite *checkpoint_suite(void)
 {
@@ -978,6 +1067,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "quantize_fails_cleanly", 30), test_quantize_fails_cleanly);
     tcase_add_test(tu_tcase(s, "quantize_output_names", 30), test_quantize_output_names);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
+    tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     return s;
 }
 

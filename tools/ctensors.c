@@ -53,14 +53,43 @@ static char *xstrdup(const char *s)
 
 static char *path_join(const char *dir, const char *name)
 {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
+    return st_path_join(dir, name);
+}
+
+/* The largest config.json or index this tool reads. */
+#define CT_MAX_JSON ((size_t)64 << 20)
+
+/* Loads a JSON file (a regular file, st_read_small's checks: a FIFO or a
+ * directory is an error, never a hang). */
+static json_t *load_json_file(const char *path, char *err, size_t errlen)
+{
+    size_t len;
+    json_error_t je;
+    char *text = st_read_small(path, CT_MAX_JSON, &len, err, errlen);
+    json_t *v;
+    if (!text)
         return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
+    v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!v)
+        set_err(err, errlen, "%s: line %d, column %d: %s", path, je.line, je.column, je.text);
+    return v;
+}
+
+/* 0 when `dir` is a directory; -1 with "DIR: not a directory" (or why it
+ * cannot be read) otherwise. */
+static int check_dir(const char *dir, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        set_err(err, errlen, "%s: not a directory", dir);
+        return -1;
+    }
+    return 0;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -506,34 +535,7 @@ fail:
 /* Reads a whole (small) file. */
 static char *read_text(const char *path, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        set_err(err, errlen, "%s: cannot determine the size", path);
-        fclose(f);
-        return NULL;
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf) {
-        set_err(err, errlen, "%s: out of memory", path);
-        fclose(f);
-        return NULL;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        set_err(err, errlen, "%s: read error", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
+    return st_read_small(path, CT_MAX_JSON, len, err, errlen);
 }
 
 ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
@@ -542,6 +544,10 @@ ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
     char *text;
     size_t len;
     ct_config *c;
+    if (check_dir(dir, err, errlen) != 0) {
+        free(path);
+        return NULL;
+    }
     if (!path) {
         set_err(err, errlen, "out of memory");
         return NULL;
@@ -988,7 +994,6 @@ static void shard_map_free(shard_map *s)
 static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t errlen)
 {
     char *path = path_join(in_dir, "model.safetensors.index.json");
-    json_error_t je;
     const char *key;
     json_t *val;
     struct stat sb;
@@ -998,7 +1003,7 @@ static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t er
         set_err(err, errlen, "out of memory");
         return -1;
     }
-    if (stat(path, &sb) != 0) {
+    if (lstat(path, &sb) != 0) {
         free(path);
         s->files = malloc(sizeof *s->files);
         if (!s->files || !(s->files[0] = xstrdup("model.safetensors"))) {
@@ -1008,9 +1013,10 @@ static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t er
         s->nfiles = 1;
         return 0;
     }
-    s->index = json_load_file(path, 0, &je);
+    s->index = load_json_file(path, err, errlen);
     if (!s->index || !json_is_object(json_object_get(s->index, "weight_map"))) {
-        set_err(err, errlen, "%s: %s", path, s->index ? "no weight_map object" : je.text);
+        if (s->index)
+            set_err(err, errlen, "%s: no weight_map object", path);
         free(path);
         return -1;
     }
@@ -1073,14 +1079,19 @@ static int write_json(const char *path, const json_t *v, char *err, size_t errle
 
 static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 {
-    FILE *in = fopen(from, "rb"), *out;
+    int fd = st_open_regular(from, NULL, err, errlen);
+    FILE *in, *out;
     char buf[65536];
     size_t n, len = strlen(to) + 16;
     char *tmp;
     int rc = 0;
 
+    if (fd < 0)
+        return -1;
+    in = fdopen(fd, "rb");
     if (!in) {
         set_err(err, errlen, "%s: %s", from, strerror(errno));
+        close(fd);
         return -1;
     }
     tmp = malloc(len);
@@ -1156,7 +1167,8 @@ typedef struct out_tensor {
  * their scales, everything else as is. */
 static int build_shard(const st_checkpoint *ck, const shard_map *map, const char *file,
                        out_tensor **out, size_t *nout, size_t *done, size_t total,
-                       ct_progress_fn progress, void *user, char *err, size_t errlen)
+                       ct_progress_fn progress, void *user,
+                       char *err, size_t errlen)
 {
     size_t i, count = st_checkpoint_count(ck), n = 0;
     out_tensor *o = calloc(2 * count + 1, sizeof *o);
@@ -1365,6 +1377,8 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
 
     memset(&map, 0, sizeof map);
     memset(&sg, 0, sizeof sg);
+    if (check_dir(in_dir, err, errlen) != 0)
+        return -1;
     ck = st_checkpoint_open(in_dir, err, errlen);
     if (!ck)
         return -1;
@@ -1377,13 +1391,10 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         set_err(err, errlen, "out of memory");
         goto done;
     }
-    if (stat(path, &sb) == 0) {
-        json_error_t je;
-        config = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-        if (!config) {
-            set_err(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+    if (lstat(path, &sb) == 0) {
+        config = load_json_file(path, err, errlen);
+        if (!config)
             goto done;
-        }
         if (!json_is_object(config)) {
             set_err(err, errlen, "%s: not a JSON object", path);
             goto done;
