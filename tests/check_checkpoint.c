@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctensors.h"
@@ -968,8 +969,91 @@ START_TEST(test_linear_rule)
 END_TEST
 
 /* ------------------------------------------------------------------ */
-/* Hostile files                                                       */
+/* Hostile files and Python's re.match                                 */
 /* ------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A config whose group_0 targets `pattern` (and nothing else). */
+static ct_config *config_with_target(const char *pattern, char *err, size_t errlen)
+{
+    json_t *cfg = base_config();
+    char *text;
+    ct_config *c;
+    json_object_set_new(grp_of(cfg, NULL), "targets", json_pack("[s]", pattern));
+    text = json_dumps(cfg, 0);
+    c = ct_config_parse(text, strlen(text), "config.json", err, errlen);
+    free(text);
+    json_decref(cfg);
+    return c;
+}
+
+/* "re:" patterns behave as Python's re.match (PCRE2 anchored), with
+ * bounded time and memory. */
+START_TEST(test_regex_python)
+{
+    static const struct { const char *pattern, *name; int hit; } cases[] = {
+        { "re:mlp|attn", "attn.o", 1 },                 /* each alternative anchored */
+        { "re:mlp|attn", "x.attn", 0 },
+        { "re:mlp", "model.mlp", 0 },                   /* match, not search */
+        { "re:.*down_proj$", "model.layers.0.mlp.down_proj", 1 },
+        { "re:.*down_proj$", "model.layers.0.mlp.down_proj_x", 0 },
+        { "re:model\\.layers\\.\\d+\\.mlp", "model.layers.12.mlp.up", 1 },
+        { "re:(?:q|k)_proj", "k_proj", 1 },
+        { "re:(?P<a>x)y(?P=a)", "xyx", 1 },
+        { "re:a$", "a", 1 },
+        { "re:a$", "ab", 0 },
+    };
+    static const char *const invalid[] = {
+        "re:zzz)|(mlp",                  /* the stray ")" Python rejects */
+        "re:((((a{1,255}){1,255}){1,255}){1,255})",
+        "re:(",
+        "re:a{2,1}",
+    };
+    char err[1024], name[128];
+    const ct_scheme *s;
+    const char *g;
+    ct_config *c;
+    size_t i;
+    double t0;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c = config_with_target(cases[i].pattern, err, sizeof err);
+        ck_assert_msg(c != NULL, "%s rejected: %s", cases[i].pattern, err);
+        ck_assert_int_eq(ct_config_lookup(c, cases[i].name, &s, &g, err, sizeof err), 0);
+        ck_assert_msg((s != NULL) == cases[i].hit, "%s on %s: %d, expected %d",
+                      cases[i].pattern, cases[i].name, s != NULL, cases[i].hit);
+        ct_config_free(c);
+    }
+    for (i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        t0 = now_s();
+        err[0] = '\0';
+        c = config_with_target(invalid[i], err, sizeof err);
+        ck_assert_msg(c == NULL, "%s accepted", invalid[i]);
+        ck_assert_msg(strstr(err, "group_0.targets[0]") &&
+                      strstr(err, "not a valid regular expression"), "%s", err);
+        ck_assert_msg(now_s() - t0 < 2.0, "%s took %.1f s to reject", invalid[i],
+                      now_s() - t0);
+    }
+    /* catastrophic backtracking stops at the match limit with a message */
+    c = config_with_target("re:(a|aa)+$", err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    memset(name, 'a', 60);
+    name[60] = '!';
+    name[61] = '\0';
+    t0 = now_s();
+    ck_assert_int_eq(ct_config_lookup(c, name, &s, &g, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "(a|aa)+$") && strstr(err, "limit"), "%s", err);
+    ck_assert_ptr_null(ct_config_match(c, name, &g));
+    ck_assert_msg(now_s() - t0 < 5.0, "the limit took %.1f s", now_s() - t0);
+    ct_config_free(c);
+}
+END_TEST
 
 /* FIFOs never hang a reader; a directory where a file belongs, a file
  * where a directory belongs and a trailing slash give clear messages. */
@@ -1067,6 +1151,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "quantize_fails_cleanly", 30), test_quantize_fails_cleanly);
     tcase_add_test(tu_tcase(s, "quantize_output_names", 30), test_quantize_output_names);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
+    tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     return s;
 }

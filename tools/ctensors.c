@@ -16,7 +16,8 @@
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
-#include <regex.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,8 +171,19 @@ static void shape_words(const st_tensor *t, char *buf, size_t len)
 typedef struct ct_matcher {
     char *text;          /* as written (with "re:") */
     int is_regex;
-    regex_t re;
+    pcre2_code *re;
 } ct_matcher;
+
+/* Bounds on user patterns (a config.json may be hostile): the pattern's
+ * length and parenthesis nesting at compile time (PCRE2 also refuses a
+ * compiled pattern over its 64 KiB link-size limit, e.g. nested counted
+ * repeats), and the work and memory of each match. A match that reaches a
+ * limit is an error naming the pattern, never a guess. */
+#define CT_RE_MAX_PATTERN 4096
+#define CT_RE_MAX_NEST 64
+#define CT_RE_MATCH_LIMIT 1000000u     /* backtracking steps per match */
+#define CT_RE_DEPTH_LIMIT 10000u
+#define CT_RE_HEAP_LIMIT 4096u         /* KiB per match */
 
 typedef struct ct_group {
     char *name;
@@ -190,7 +202,7 @@ struct ct_config {
 static void matcher_free(ct_matcher *m)
 {
     if (m->is_regex)
-        regfree(&m->re);
+        pcre2_code_free(m->re);
     free(m->text);
 }
 
@@ -212,8 +224,10 @@ void ct_config_free(ct_config *c)
     free(c);
 }
 
-/* Compiles a target or ignore entry. "re:P" becomes the ERE "^(P)" (Python's
- * re.match anchors at the start only). */
+/* Compiles a target or ignore entry. "re:P" is compiled by PCRE2 with
+ * PCRE2_ANCHORED, which is Python's re.match: every alternative anchored
+ * at the start of the name, nothing added to the pattern (so a stray ")"
+ * is a syntax error, as in Python, not an escape from an added group). */
 static int matcher_init(ct_matcher *m, const char *text, const char *where,
                         char *err, size_t errlen)
 {
@@ -224,23 +238,30 @@ static int matcher_init(ct_matcher *m, const char *text, const char *where,
         return -1;
     }
     if (strncmp(text, "re:", 3) == 0) {
-        size_t n = strlen(text + 3);
-        char *pat = malloc(n + 4);
-        int rc;
-        if (!pat) {
+        pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+        const char *pat = text + 3;
+        size_t n = strlen(pat);
+        int ecode = 0;
+        PCRE2_SIZE eoff = 0;
+        if (!cc) {
             set_err(err, errlen, "out of memory");
             free(m->text);
             m->text = NULL;
             return -1;
         }
-        snprintf(pat, n + 4, "^(%s)", text + 3);
-        rc = regcomp(&m->re, pat, REG_EXTENDED | REG_NOSUB);
-        free(pat);
-        if (rc != 0) {
-            char msg[128];
-            regerror(rc, &m->re, msg, sizeof msg);
-            set_err(err, errlen, "%s: \"%s\" is not a valid POSIX extended regular "
-                    "expression (%s)", where, text, msg);
+        pcre2_set_max_pattern_length(cc, CT_RE_MAX_PATTERN);
+        pcre2_set_parens_nest_limit(cc, CT_RE_MAX_NEST);
+        m->re = pcre2_compile((PCRE2_SPTR)pat, n, PCRE2_ANCHORED | PCRE2_UTF |
+                              PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C,
+                              &ecode, &eoff, cc);
+        pcre2_compile_context_free(cc);
+        if (!m->re) {
+            PCRE2_UCHAR msg[160];
+            if (pcre2_get_error_message(ecode, msg, sizeof msg) < 0)
+                snprintf((char *)msg, sizeof msg, "error %d", ecode);
+            set_err(err, errlen, "%s: \"%s\" is not a valid regular expression (%s, at "
+                    "offset %zu of the pattern)", where, text, (const char *)msg,
+                    (size_t)eoff);
             free(m->text);
             m->text = NULL;
             return -1;
@@ -563,29 +584,62 @@ ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
     return c;
 }
 
-static int matcher_hits(const ct_matcher *m, const char *name)
+/* 1 match, 0 no match, -1 a limit was reached (err says which pattern). */
+static int matcher_hits(const ct_matcher *m, const char *name, char *err, size_t errlen)
 {
-    if (m->is_regex)
-        return regexec(&m->re, name, 0, NULL, 0) == 0;
-    return strcmp(m->text, name) == 0;
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    int rc;
+    if (!m->is_regex)
+        return strcmp(m->text, name) == 0;
+    md = pcre2_match_data_create(1, NULL);
+    mc = pcre2_match_context_create(NULL);
+    if (!md || !mc) {
+        pcre2_match_data_free(md);
+        pcre2_match_context_free(mc);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    pcre2_set_match_limit(mc, CT_RE_MATCH_LIMIT);
+    pcre2_set_depth_limit(mc, CT_RE_DEPTH_LIMIT);
+    pcre2_set_heap_limit(mc, CT_RE_HEAP_LIMIT);
+    rc = pcre2_match(m->re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, mc);
+    pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
+    if (rc >= 0)
+        return 1;
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    {
+        PCRE2_UCHAR msg[160];
+        if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", rc);
+        set_err(err, errlen, "pattern \"%s\" on name %s: %s (the pattern needs too much "
+                "backtracking; simplify it)", m->text, name, (const char *)msg);
+    }
+    return -1;
 }
 
-int ct_config_ignored(const ct_config *c, const char *layer)
+static int ignored_checked(const ct_config *c, const char *layer, char *err, size_t errlen)
 {
     size_t i;
-    for (i = 0; i < c->nignore; i++)
-        if (matcher_hits(&c->ignore[i], layer))
-            return 1;
+    for (i = 0; i < c->nignore; i++) {
+        int h = matcher_hits(&c->ignore[i], layer, err, errlen);
+        if (h != 0)
+            return h;
+    }
     return 0;
 }
 
-const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
-                                 const char **group_name)
+int ct_config_lookup(const ct_config *c, const char *layer, const ct_scheme **scheme,
+                     const char **group_name, char *err, size_t errlen)
 {
     size_t i, j;
-    int pass;
-    if (ct_config_ignored(c, layer))
-        return NULL;
+    int pass, h;
+    *scheme = NULL;
+    h = ignored_checked(c, layer, err, errlen);
+    if (h != 0)
+        return h < 0 ? -1 : 0;
     /* exact names first, then regexes, then the class name (vLLM's order) */
     for (pass = 0; pass < 3; pass++) {
         for (i = 0; i < c->ngroups; i++) {
@@ -595,18 +649,35 @@ const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
                 if (pass == 0)
                     hit = !m->is_regex && strcmp(m->text, layer) == 0;
                 else if (pass == 1)
-                    hit = m->is_regex && matcher_hits(m, layer);
+                    hit = m->is_regex ? matcher_hits(m, layer, err, errlen) : 0;
                 else
                     hit = !m->is_regex && strcmp(m->text, "Linear") == 0;
+                if (hit < 0)
+                    return -1;
                 if (hit) {
                     if (group_name)
                         *group_name = c->groups[i].name;
-                    return &c->groups[i].scheme;
+                    *scheme = &c->groups[i].scheme;
+                    return 0;
                 }
             }
         }
     }
-    return NULL;
+    return 0;
+}
+
+int ct_config_ignored(const ct_config *c, const char *layer)
+{
+    return ignored_checked(c, layer, NULL, 0) == 1;
+}
+
+const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
+                                 const char **group_name)
+{
+    const ct_scheme *s = NULL;
+    if (ct_config_lookup(c, layer, &s, group_name, NULL, 0) != 0)
+        return NULL;
+    return s;
 }
 
 /* ------------------------------------------------------------------ */
@@ -688,12 +759,18 @@ static int load_layer(const ct_model *m, ct_layer *L, const st_tensor *w,
     L->n = w->shape[0];
     L->k = w->shape[1];
     L->weight = w->data;
-    if (ct_config_ignored(m->config, L->name)) {
-        set_err(err, errlen, "tensor %s is int8 but quantization_config.ignore names "
-                "layer %s", w->name, L->name);
-        return -1;
+    {
+        int h = ignored_checked(m->config, L->name, err, errlen);
+        if (h < 0)
+            return -1;
+        if (h) {
+            set_err(err, errlen, "tensor %s is int8 but quantization_config.ignore names "
+                    "layer %s", w->name, L->name);
+            return -1;
+        }
     }
-    s = ct_config_match(m->config, L->name, &L->group);
+    if (ct_config_lookup(m->config, L->name, &s, &L->group, err, errlen) != 0)
+        return -1;
     if (!s) {
         set_err(err, errlen, "tensor %s is int8 but no quantization_config.config_groups "
                 "entry targets layer %s", w->name, L->name);

@@ -72,12 +72,19 @@ void ct_config_free(ct_config *c);
 /* The group a layer (module name, e.g. "model.layers.0.mlp.down_proj")
  * belongs to, or NULL when no group targets it or the ignore list names it.
  * Targets and ignore entries match as vLLM matches them: an exact module
- * name, "re:PATTERN" (POSIX extended regex anchored at the start of the
- * name, as Python's re.match; the pattern must be valid for regcomp), or
- * the class name "Linear" (every quantized layer of a checkpoint is a
- * Linear). *group_name receives the group's key when non-NULL. */
+ * name, "re:PATTERN" (a PCRE2 pattern matched as Python's re.match: at the
+ * start of the name, every alternative; Python's syntax for names is
+ * PCRE2's), or the class name "Linear" (every quantized layer of a
+ * checkpoint is a Linear). *group_name receives the group's key when
+ * non-NULL. A pattern whose match reaches the backtracking or memory
+ * limits gives NULL here; ct_config_lookup reports it. */
 const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
                                  const char **group_name);
+/* As ct_config_match, with errors: 0 and *scheme (NULL when ignored or not
+ * targeted), or -1 with a message naming the pattern when a match reached
+ * a limit. */
+int ct_config_lookup(const ct_config *c, const char *layer, const ct_scheme **scheme,
+                     const char **group_name, char *err, size_t errlen);
 /* 1 when the ignore list names `layer`. */
 int ct_config_ignored(const ct_config *c, const char *layer);
 
