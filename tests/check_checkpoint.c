@@ -1138,6 +1138,70 @@ START_TEST(test_hostile_paths)
 }
 END_TEST
 
+/* An empty [4, 0] Linear weight: quantize copies it as a float tensor (no
+ * int8 layer the reader would refuse); an int8 layer that cannot run fails
+ * alone, with its name, and the others run. */
+START_TEST(test_empty_weight)
+{
+    char dir[512], out[512], err[1024];
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 }, empty[1];
+    static int8_t w[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    static float ws[2] = { 0.5f, 0.25f }, ws4[4] = { 1, 1, 1, 1 };
+    st_tensor ts[4];
+    st_checkpoint *ck;
+    const st_tensor *t;
+    ct_model *m;
+    const char *why;
+
+    make_tmpdir(dir, sizeof dir);
+    make_tmpdir(out, sizeof out);
+    write_text(dir, "config.json", "{}");
+    ts[0] = tensor("a.dense.weight", ST_F32, 2, 2, 3, fw);
+    ts[1] = tensor("b.dense.weight", ST_F32, 2, 4, 0, empty);
+    ts[2] = tensor("c.dense.weight", ST_F32, 2, 0, 4, empty);
+    write_st(dir, "model.safetensors", ts, 3);
+    ck_assert_msg(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err) == 0, "%s",
+                  err);
+    ck = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(ck != NULL, "%s", err);
+    t = st_checkpoint_find(ck, "b.dense.weight");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, ST_F32);
+    ck_assert_ptr_null(st_checkpoint_find(ck, "b.dense.weight_scale"));
+    ck_assert_int_eq(st_checkpoint_find(ck, "c.dense.weight")->dtype, ST_F32);
+    st_checkpoint_close(ck);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "the reader refuses what the writer wrote: %s", err);
+    ck_assert_uint_eq(m->nlayers, 1);
+    ck_assert_uint_eq(m->nunusable, 0);
+    ct_model_close(m);
+
+    /* a checkpoint written elsewhere with an I8 [4, 0] weight */
+    ts[0] = tensor("a.weight", ST_I8, 2, 2, 3, w);
+    ts[1] = tensor("a.weight_scale", ST_F32, 2, 2, 1, ws);
+    ts[2] = tensor("b.weight", ST_I8, 2, 4, 0, empty);
+    ts[3] = tensor("b.weight_scale", ST_F32, 2, 4, 1, ws4);
+    write_st(out, "model.safetensors", ts, 4);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "one unusable layer refused the checkpoint: %s", err);
+    ck_assert_uint_eq(m->nlayers, 1);
+    ck_assert_ptr_nonnull(ct_model_find(m, "a"));
+    ck_assert_ptr_null(ct_model_find(m, "b"));
+    why = ct_model_unusable(m, "b");
+    ck_assert_msg(why && strstr(why, "b.weight") && strstr(why, "[4, 0]"), "%s",
+                  why ? why : "(null)");
+    ck_assert_ptr_null(ct_model_unusable(m, "a"));
+    ct_model_close(m);
+    /* only unusable layers: the checkpoint fails, naming the layer */
+    write_st(out, "model.safetensors", ts + 2, 2);
+    ck_assert_ptr_null(ct_model_open(out, err, sizeof err));
+    ck_assert_msg(strstr(err, "b.weight") != NULL, "%s", err);
+
+    rm_tree(dir);
+    rm_tree(out);
+}
+END_TEST
+
 
 Suite *checkpoint_suite(void);
 Suite *checkpoint_suite(void)
@@ -1153,6 +1217,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
     tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
+    tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
     return s;
 }
 

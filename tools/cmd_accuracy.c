@@ -42,6 +42,8 @@ void cmd_accuracy_help(FILE *f)
           "the cosine of an all-zero output). The w8a8 layer runs on every backend\n"
           "that can run here (reference, cpu, GPUs); 'agree' says whether all their\n"
           "outputs were equal bit for bit (memcmp). A disagreement exits with 1.\n"
+          "A quantized layer that cannot run is reported on\n"
+          "stderr with the reason, the others are measured, and the exit status is 1.\n"
           "\n"
           "Activations: from --input (M x K float32/float16 .npy, or single-tensor\n"
           ".safetensors, also bfloat16; widened to float32; only the layers whose\n"
@@ -333,7 +335,7 @@ int cmd_accuracy(int argc, char **argv)
     ct_model *model = NULL;
     st_checkpoint *ref = NULL;
     smm_context *ctxs[4] = { NULL };
-    int nctx = 0, b, pr, rc = EXIT_PASS, measured = 0, skipped = 0;
+    int nctx = 0, b, pr, rc = EXIT_PASS, measured = 0, skipped = 0, unusable = 0;
     npy_array xa;
     float *xin = NULL;
     int64_t xm = 0, xk = 0, i;
@@ -357,9 +359,20 @@ int cmd_accuracy(int argc, char **argv)
     }
     for (i = 0; i < o.nlayers; i++)
         if (!ct_model_find(model, o.layers[i])) {
-            rc = cli_error("accuracy", "%s: no quantized layer named '%s'", o.dir,
-                           o.layers[i]);
+            const char *why = ct_model_unusable(model, o.layers[i]);
+            if (why)
+                rc = cli_error("accuracy", "%s: layer %s cannot run: %s", o.dir, o.layers[i],
+                               why);
+            else
+                rc = cli_error("accuracy", "%s: no quantized layer named '%s'", o.dir,
+                               o.layers[i]);
             goto done;
+        }
+    for (li = 0; li < model->nunusable; li++)
+        if (wanted(&o, model->unusable[li].name)) {
+            cli_error("accuracy", "%s: layer %s skipped, it cannot run: %s", o.dir,
+                      model->unusable[li].name, model->unusable[li].why);
+            unusable++;
         }
     if (o.input) {
         if (tensor_file_read(o.input, &xa, err, sizeof err) != 0) {
@@ -451,6 +464,9 @@ int cmd_accuracy(int argc, char **argv)
     out_meta_real(t, "wall_s", timer_now() - start);
     if (out_write(t, o.fmt, stdout, stderr) != 0)
         rc = cli_error("accuracy", "cannot write the results");
+    if (unusable > 0)
+        rc = cli_error("accuracy", "%d quantized layer%s could not run (see above)", unusable,
+                       unusable > 1 ? "s" : "");
 done:
     out_table_free(t);
     for (b = 0; b < nctx; b++)

@@ -695,6 +695,11 @@ void ct_model_close(ct_model *m)
         free(m->layers[i].bias);
     }
     free(m->layers);
+    for (i = 0; i < m->nunusable; i++) {
+        free(m->unusable[i].name);
+        free(m->unusable[i].why);
+    }
+    free(m->unusable);
     ct_config_free(m->config);
     st_checkpoint_close(m->ckpt);
     free(m);
@@ -707,6 +712,23 @@ const ct_layer *ct_model_find(const ct_model *m, const char *name)
         if (strcmp(m->layers[i].name, name) == 0)
             return &m->layers[i];
     return NULL;
+}
+
+const char *ct_model_unusable(const ct_model *m, const char *name)
+{
+    size_t i;
+    for (i = 0; i < m->nunusable; i++)
+        if (strcmp(m->unusable[i].name, name) == 0)
+            return m->unusable[i].why;
+    return NULL;
+}
+
+static void layer_free(ct_layer *L)
+{
+    free(L->name);
+    free(L->weight_scale);
+    free(L->bias);
+    memset(L, 0, sizeof *L);
 }
 
 /* Looks up "<layer><suffix>". */
@@ -887,19 +909,41 @@ ct_model *ct_model_open(const char *dir, char *err, size_t errlen)
         goto fail;
     count = st_checkpoint_count(m->ckpt);
     m->layers = calloc(count ? count : 1, sizeof *m->layers);
-    if (!m->layers) {
+    m->unusable = calloc(count ? count : 1, sizeof *m->unusable);
+    if (!m->layers || !m->unusable) {
         set_err(err, errlen, "out of memory");
         goto fail;
     }
     for (i = 0; i < count; i++) {
         const st_tensor *t = st_checkpoint_at(m->ckpt, i);
+        ct_layer *L = &m->layers[m->nlayers];
+        char why[1024] = "";
         if (t->dtype != ST_I8 || !ends_with(t->name, ".weight"))
             continue;
-        if (load_layer(m, &m->layers[m->nlayers++], t, err, errlen) != 0)
+        if (load_layer(m, L, t, why, sizeof why) == 0) {
+            m->nlayers++;
+            continue;
+        }
+        /* this layer fails alone */
+        if (!L->name) {
+            set_err(err, errlen, "%s", why);
             goto fail;
+        }
+        m->unusable[m->nunusable].name = L->name;
+        L->name = NULL;
+        layer_free(L);
+        m->unusable[m->nunusable].why = xstrdup(why);
+        if (!m->unusable[m->nunusable++].why) {
+            set_err(err, errlen, "out of memory");
+            goto fail;
+        }
     }
     if (m->nlayers == 0) {
-        set_err(err, errlen, "%s: no quantized layer (no I8 \"*.weight\" tensor)", dir);
+        if (m->nunusable > 0)
+            set_err(err, errlen, "%s%s", m->unusable[0].why,
+                    m->nunusable > 1 ? " (and no other layer is usable)" : "");
+        else
+            set_err(err, errlen, "%s: no quantized layer (no I8 \"*.weight\" tensor)", dir);
         goto fail;
     }
     return m;
@@ -1006,6 +1050,8 @@ int ct_is_linear_weight(const st_tensor *t)
 
     if (t->ndim != 2 || !is_float_dtype(t->dtype) || !ends_with(name, ".weight"))
         return 0;
+    if (t->shape[0] < 1 || t->shape[1] < 1)
+        return 0;   /* an empty Linear is copied as is: no int8 layer to run */
     nl = strlen(name) - strlen(".weight");
     if (nl == 0 || nl >= sizeof module)
         return 0;

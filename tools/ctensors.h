@@ -103,26 +103,42 @@ typedef struct ct_layer {
     float *bias;                /* N float32 values, or NULL */
 } ct_layer;
 
+/* A quantized layer that cannot run (a bad shape, a missing or malformed
+ * scale, no config group targets it): it fails alone, with its name. */
+typedef struct ct_unusable {
+    char *name;                 /* module name */
+    char *why;                  /* the message, naming the tensor */
+} ct_unusable;
+
 typedef struct ct_model {
     st_checkpoint *ckpt;
     ct_config *config;
-    ct_layer *layers;           /* in the checkpoint's tensor order */
+    ct_layer *layers;           /* the usable layers, in the checkpoint's tensor order */
     size_t nlayers;
+    ct_unusable *unusable;      /* the others, in the same order */
+    size_t nunusable;
 } ct_model;
 
 /*
  * Opens a compressed-tensors checkpoint directory (config.json and
  * model.safetensors or a sharded index) and validates every quantized
- * layer: each I8 "<layer>.weight" (2-D) must be targeted by a config group,
- * have a weight_scale of the scheme's shape in F32/F16/BF16 with finite
- * values >= 0, input_scale (finite, > 0) for static activations,
- * input_zero_point (I8 or I32, 1 element) for static asymmetric ones, and a
- * bias, when present, of N float values. Returns the model, or NULL with a
- * message naming the file or tensor in err.
+ * layer: each I8 "<layer>.weight" (2-D, both sizes >= 1) must be targeted
+ * by a config group, have a weight_scale of the scheme's shape in
+ * F32/F16/BF16 with finite values >= 0, input_scale (finite, > 0) for
+ * static activations, input_zero_point (I8 or I32, 1 element) for static
+ * asymmetric ones, and a bias, when present, of N float values. A layer
+ * that fails these checks goes to m->unusable with its message; the
+ * others stay usable. Returns the model, or NULL with a message naming the
+ * file or tensor in err (also when no layer is usable: the first one's
+ * message).
  */
 ct_model *ct_model_open(const char *dir, char *err, size_t errlen);
 void ct_model_close(ct_model *m);
+/* A usable layer by module name, or NULL. */
 const ct_layer *ct_model_find(const ct_model *m, const char *name);
+/* Why the quantized layer `name` cannot run, or NULL when it is not an
+ * unusable layer of m. */
+const char *ct_model_unusable(const ct_model *m, const char *name);
 
 /*
  * Runs one layer as vLLM's compressed-tensors w8a8 int8 scheme runs it:
@@ -142,8 +158,10 @@ int ct_layer_forward(smm_context *ctx, const ct_layer *layer, int64_t m,
 
 /*
  * Whether a tensor of a float checkpoint is treated as a Linear layer's
- * weight and quantized: a 2-D F32/F16/BF16 tensor named "<module>.weight"
- * whose module name has no component containing "embed" or "norm"
+ * weight and quantized: a 2-D F32/F16/BF16 tensor named "<module>.weight",
+ * with at least one row and one column (an empty [N, 0] or [0, K] weight
+ * is copied unchanged, so that the reader never meets an int8 layer it
+ * cannot run), whose module name has no component containing "embed" or "norm"
  * (case-insensitive) and whose last component is not "lm_head". 1 yes,
  * 0 no.
  */
