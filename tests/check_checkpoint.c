@@ -1202,6 +1202,83 @@ START_TEST(test_empty_weight)
 }
 END_TEST
 
+/* Rounds v to bfloat16 (ties to even) by hand. */
+static float golden_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* The bias rounded to the model's dtype (vLLM's): ct_layer_forward_bias
+ * equals ct_layer_forward on a layer whose bias was rounded beforehand. */
+START_TEST(test_bias_rounding)
+{
+    char in[512], out[512], err[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("bias_rounding");
+    ct_model *m;
+    ct_layer L2;
+    const ct_layer *L;
+    smm_context *ctx = tu_ctx(SMM_BACKEND_REFERENCE, 1);
+    static const smm_dtype dts[3] = { SMM_DTYPE_F16, SMM_DTYPE_BF16, SMM_DTYPE_F32 };
+    int d, i, changed = 0;
+    const int64_t M = 3;
+
+    ck_assert_ptr_nonnull(c);
+    quantize_dirs(in, out, sizeof in, c, &r);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    L = ct_model_find(m, "model.layers.0.self_attn.q_proj");
+    ck_assert(L && L->bias);
+    for (d = 0; d < 3; d++) {
+        size_t es = dts[d] == SMM_DTYPE_F32 ? 4 : 2;
+        unsigned char x[M * KQ * 4], y1[M * NQ * 4], y2[M * NQ * 4];
+        float rb[NQ];
+        for (i = 0; i < M * KQ; i++) {
+            float v = frand(&r);
+            uint16_t h = dts[d] == SMM_DTYPE_F16 ? smm_f32_to_f16(v) : smm_f32_to_bf16(v);
+            if (es == 4)
+                memcpy(x + 4 * i, &v, 4);
+            else
+                memcpy(x + 2 * i, &h, 2);
+        }
+        for (i = 0; i < NQ; i++) {
+            rb[i] = dts[d] == SMM_DTYPE_F16 ? smm_f16_to_f32(smm_f32_to_f16(L->bias[i]))
+                  : dts[d] == SMM_DTYPE_BF16 ? golden_bf16(L->bias[i]) : L->bias[i];
+            changed += tu_f2u(rb[i]) != tu_f2u(L->bias[i]);
+        }
+        L2 = *L;
+        L2.bias = rb;
+        ck_assert_msg(ct_layer_forward_bias(ctx, L, M, x, dts[d], y1, dts[d], dts[d], err,
+                                            sizeof err) == 0, "%s", err);
+        ck_assert_msg(ct_layer_forward(ctx, &L2, M, x, dts[d], y2, dts[d], err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_msg(memcmp(y1, y2, (size_t)(M * NQ) * es) == 0, "dtype %d: outputs differ",
+                      d);
+        /* F32 keeps the stored bias */
+        ck_assert_msg(ct_layer_forward_bias(ctx, L, M, x, dts[d], y1, dts[d], SMM_DTYPE_F32,
+                                            err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(ct_layer_forward(ctx, L, M, x, dts[d], y2, dts[d], err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert(memcmp(y1, y2, (size_t)(M * NQ) * es) == 0);
+    }
+    ck_assert_msg(changed > 0, "no bias value changed by rounding");
+    {
+        smm_dtype md;
+        ck_assert_int_eq(ct_config_model_dtype(m->config, &md), 0);
+        ck_assert_int_eq(md, SMM_DTYPE_F32);
+    }
+    smm_context_destroy(ctx);
+    ct_model_close(m);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
 
 Suite *checkpoint_suite(void);
 Suite *checkpoint_suite(void)
@@ -1218,6 +1295,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
+    tcase_add_test(tu_tcase(s, "bias_rounding", 30), test_bias_rounding);
     return s;
 }
 

@@ -15,7 +15,7 @@
 void cmd_run_help(FILE *f)
 {
     fputs("Usage: scaledmm run CHECKPOINT --layer NAME --input X --output Y\n"
-          "                    [--backend NAME] [--threads N]\n"
+          "                    [--bias model|f32] [--backend NAME] [--threads N]\n"
           "       scaledmm run CHECKPOINT --list\n"
           "\n"
           "Runs one linear layer of a compressed-tensors int8 w8a8 checkpoint as\n"
@@ -24,7 +24,9 @@ void cmd_run_help(FILE *f)
           "     per-token symmetric or asymmetric, or static per-tensor with the\n"
           "     checkpoint's input_scale and input_zero_point);\n"
           "  2. smm_scaled_mm with the weight scales (per channel or per tensor),\n"
-          "     the zero points and the bias when there are any.\n"
+          "     the zero points and the bias when there are any; the bias is first\n"
+          "     rounded to X's dtype, as vLLM holds it in the model's dtype\n"
+          "     (--bias f32 keeps it as stored, widened to float32).\n"
           "X is M x K (or a vector of K) of float32 or float16 in a .npy file, or of\n"
           "float32, float16 or bfloat16 in a single-tensor .safetensors file; K is\n"
           "the layer's input width. Y is M x N of X's dtype (vLLM's output dtype is\n"
@@ -39,6 +41,8 @@ void cmd_run_help(FILE *f)
           "  -l, --layer NAME    the layer to run (required)\n"
           "  -i, --input X       activations (required)\n"
           "  -o, --output Y      result (required; written only on success)\n"
+          "      --bias MODE     model (default): the bias rounded to X's dtype, as\n"
+          "                      vLLM holds it; f32: the bias as stored, in float32\n"
           "      --list          list the checkpoint's quantized layers and exit\n"
           "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
           "                      rocm, cuda; every backend gives the same bits\n"
@@ -97,6 +101,7 @@ int cmd_run(int argc, char **argv)
         { "output",  required_argument, NULL, 'o' },
         { "backend", required_argument, NULL, 'b' },
         { "threads", required_argument, NULL, 't' },
+        { "bias",    required_argument, NULL, 'B' },
         { "list",    no_argument,       NULL, 'L' },
         { "help",    no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -104,7 +109,7 @@ int cmd_run(int argc, char **argv)
     const char *layer_name = NULL, *in_path = NULL, *out_path = NULL, *dir;
     smm_backend backend = SMM_BACKEND_AUTO;
     long threads = 0;
-    int list = 0;
+    int bias_f32 = 0, list = 0;
     const char *why;
     ct_model *model = NULL;
     const ct_layer *L;
@@ -131,6 +136,15 @@ int cmd_run(int argc, char **argv)
         case 't':
             if (cli_parse_long("run", "--threads", optarg, 1, 1024, &threads) != 0)
                 return EXIT_USAGE;
+            break;
+        case 'B':
+            if (strcmp(optarg, "model") == 0)
+                bias_f32 = 0;
+            else if (strcmp(optarg, "f32") == 0)
+                bias_f32 = 1;
+            else
+                return cli_usage_error("run", "--bias: '%s' is not a mode (model or f32)",
+                                       optarg);
             break;
         case 'L':
             list = 1;
@@ -209,7 +223,8 @@ int cmd_run(int argc, char **argv)
         goto done;
     if (threads > 0)
         smm_context_set_num_threads(ctx, (int)threads);
-    if (ct_layer_forward(ctx, L, m, x.data, dt, y.data, dt, err, sizeof err) != 0) {
+    if (ct_layer_forward_bias(ctx, L, m, x.data, dt, y.data, dt,
+                              bias_f32 ? SMM_DTYPE_F32 : dt, err, sizeof err) != 0) {
         cli_error("run", "%s", err);
         goto done;
     }

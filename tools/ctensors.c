@@ -193,6 +193,8 @@ typedef struct ct_group {
 } ct_group;
 
 struct ct_config {
+    int has_dtype;      /* config.json's torch_dtype / dtype */
+    smm_dtype dtype;
     ct_group *groups;
     size_t ngroups;
     ct_matcher *ignore;
@@ -504,6 +506,23 @@ ct_config *ct_config_parse(const char *json, size_t len, const char *dn,
         set_err(err, errlen, "out of memory");
         goto fail;
     }
+    v = json_object_get(root, "torch_dtype");
+    if (!json_is_string(v))
+        v = json_object_get(root, "dtype");
+    if (json_is_string(v)) {
+        const char *d = json_string_value(v);
+        if (strncmp(d, "torch.", 6) == 0)
+            d += 6;
+        c->has_dtype = 1;
+        if (strcmp(d, "float32") == 0)
+            c->dtype = SMM_DTYPE_F32;
+        else if (strcmp(d, "float16") == 0)
+            c->dtype = SMM_DTYPE_F16;
+        else if (strcmp(d, "bfloat16") == 0)
+            c->dtype = SMM_DTYPE_BF16;
+        else
+            c->has_dtype = 0;
+    }
     groups = json_object_get(qc, "config_groups");
     if (!json_is_object(groups) || json_object_size(groups) == 0) {
         json_words(groups, w, sizeof w);
@@ -663,6 +682,14 @@ int ct_config_lookup(const ct_config *c, const char *layer, const ct_scheme **sc
             }
         }
     }
+    return 0;
+}
+
+int ct_config_model_dtype(const ct_config *c, smm_dtype *out)
+{
+    if (!c->has_dtype)
+        return -1;
+    *out = c->dtype;
     return 0;
 }
 
@@ -959,6 +986,15 @@ fail:
 int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
                      smm_dtype x_dtype, void *y, smm_dtype y_dtype, char *err, size_t errlen)
 {
+    return ct_layer_forward_bias(ctx, L, m, x, x_dtype, y, y_dtype, SMM_DTYPE_F32, err,
+                                 errlen);
+}
+
+int ct_layer_forward_bias(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
+                          smm_dtype x_dtype, void *y, smm_dtype y_dtype, smm_dtype bias_dtype,
+                          char *err, size_t errlen)
+{
+    float *bias = NULL;
     smm_quantize_args qa;
     smm_scaled_mm_args sa;
     int8_t *q = NULL;
@@ -972,6 +1008,17 @@ int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void 
     if (m < 1) {
         set_err(err, errlen, "layer %s: no activation rows", L->name);
         return -1;
+    }
+    if (L->bias && (bias_dtype == SMM_DTYPE_F16 || bias_dtype == SMM_DTYPE_BF16)) {
+        int64_t i;
+        bias = malloc((size_t)L->n * sizeof *bias);
+        if (!bias) {
+            set_err(err, errlen, "layer %s: out of memory", L->name);
+            return -1;
+        }
+        for (i = 0; i < L->n; i++)
+            bias[i] = bias_dtype == SMM_DTYPE_F16 ? smm_f16_to_f32(smm_f32_to_f16(L->bias[i]))
+                                                  : smm_bf16_to_f32(smm_f32_to_bf16(L->bias[i]));
     }
     q = malloc((size_t)m * (size_t)L->k);
     scale = malloc((size_t)nscale * sizeof *scale);
@@ -1018,7 +1065,7 @@ int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void 
     sa.scale_a_len = nscale;
     sa.scale_b = L->weight_scale;
     sa.scale_b_len = L->weight_scale_len;
-    sa.bias = L->bias;
+    sa.bias = bias ? bias : L->bias;
     sa.azp = azp;
     sa.azp_len = use_azp ? nscale : 0;
     sa.c = y;
@@ -1035,6 +1082,7 @@ done:
     free(q);
     free(scale);
     free(azp);
+    free(bias);
     return rc;
 }
 

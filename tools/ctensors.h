@@ -153,6 +153,22 @@ const char *ct_model_unusable(const ct_model *m, const char *name);
 int ct_layer_forward(smm_context *ctx, const ct_layer *layer, int64_t m,
                      const void *x, smm_dtype x_dtype, void *y, smm_dtype y_dtype,
                      char *err, size_t errlen);
+/*
+ * ct_layer_forward with the bias first rounded to bias_dtype, as vLLM holds
+ * it: vLLM loads every parameter, the bias included, in the model's dtype,
+ * so a float32 bias of a model run in float16 or bfloat16 is rounded
+ * (round to nearest even) to that type before the epilogue adds it.
+ * bias_dtype SMM_DTYPE_F32 uses the bias as stored (widened exactly);
+ * SMM_DTYPE_F16 or SMM_DTYPE_BF16 rounds each value to that type and widens
+ * it back.
+ */
+int ct_layer_forward_bias(smm_context *ctx, const ct_layer *layer, int64_t m,
+                          const void *x, smm_dtype x_dtype, void *y, smm_dtype y_dtype,
+                          smm_dtype bias_dtype, char *err, size_t errlen);
+/* The dtype config.json gives the model ("torch_dtype", or "dtype" as newer
+ * transformers write it: "float32", "float16" or "bfloat16"): 0 and *out,
+ * or -1 when absent or another type. */
+int ct_config_model_dtype(const ct_config *c, smm_dtype *out);
 
 /* ---- Quantizing a float checkpoint (scaledmm quantize) ---- */
 
