@@ -1202,6 +1202,81 @@ START_TEST(test_empty_weight)
 }
 END_TEST
 
+/* Byte-for-byte equality of two files. */
+static void same_file(const char *a, const char *b)
+{
+    char ta[4096], tb[4096];
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    size_t na, nb;
+    ck_assert_msg(fa && fb, "%s or %s missing", a, b);
+    na = fread(ta, 1, sizeof ta, fa);
+    nb = fread(tb, 1, sizeof tb, fb);
+    fclose(fa);
+    fclose(fb);
+    ck_assert_msg(na == nb && memcmp(ta, tb, na) == 0, "%s differs from %s", b, a);
+}
+
+/* quantize carries every file and folder of the model: sentence-transformers'
+ * 1_Pooling/ and 2_Normalize/, README, .gitattributes; not .git/, not a
+ * FIFO, not the output when it lies inside the input; a second run merges
+ * into the folders the first one made. */
+START_TEST(test_quantize_copies_tree)
+{
+    char in[512], out[1200], p[1400], q[1400], err[1024], names[2048];
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 };
+    st_tensor t;
+    struct stat sb;
+    int run;
+
+    make_tmpdir(in, sizeof in);
+    t = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    write_st(in, "model.safetensors", &t, 1);
+    write_text(in, "config.json", "{\"torch_dtype\": \"float32\"}");
+    write_text(in, "README.md", "# model\n");
+    write_text(in, ".gitattributes", "*.safetensors filter=lfs\n");
+    write_text(in, "modules.json", "[]");
+    snprintf(p, sizeof p, "%s/1_Pooling", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "config.json", "{\"pooling_mode_mean_tokens\": true}");
+    snprintf(p, sizeof p, "%s/2_Normalize", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/sub", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/sub/deeper", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "x.txt", "deep");
+    snprintf(p, sizeof p, "%s/.git", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "HEAD", "ref");
+    snprintf(p, sizeof p, "%s/pipe", in);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    snprintf(out, sizeof out, "%s/w8a8", in);   /* the output inside the input */
+
+    for (run = 0; run < 2; run++) {
+        ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0,
+                      "run %d: %s", run, err);
+        dir_names(out, names, sizeof names);
+        ck_assert_str_eq(names, ".gitattributes,1_Pooling,2_Normalize,README.md,config.json,"
+                                "model.safetensors,modules.json,sub");
+        snprintf(p, sizeof p, "%s/1_Pooling/config.json", in);
+        snprintf(q, sizeof q, "%s/1_Pooling/config.json", out);
+        same_file(p, q);
+        snprintf(p, sizeof p, "%s/sub/deeper/x.txt", in);
+        snprintf(q, sizeof q, "%s/sub/deeper/x.txt", out);
+        same_file(p, q);
+        snprintf(q, sizeof q, "%s/2_Normalize", out);
+        ck_assert(stat(q, &sb) == 0 && S_ISDIR(sb.st_mode));
+    }
+    /* a file where a copied folder goes: nothing moves */
+    snprintf(q, sizeof q, "%s/sub", out);
+    rm_tree(q);
+    write_text(out, "sub", "a file");
+    ck_assert_int_ne(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "sub: exists and is not a directory"), "%s", err);
+    rm_tree(in);
+}
+END_TEST
+
 /* Rounds v to bfloat16 (ties to even) by hand. */
 static float golden_bf16(float v)
 {
@@ -1295,6 +1370,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
+    tcase_add_test(tu_tcase(s, "quantize_copies_tree", 30), test_quantize_copies_tree);
     tcase_add_test(tu_tcase(s, "bias_rounding", 30), test_bias_rounding);
     return s;
 }

@@ -1432,9 +1432,44 @@ static void free_shard(out_tensor *o, size_t n)
  * directory (names relative to it). */
 typedef struct staged {
     char *dir;    /* OUT_DIR/.scaledmm-quantize.XXXXXX, or NULL */
-    char **names;
+    char **names; /* files, relative paths ("1_Pooling/config.json") */
     size_t n, cap;
+    char **dirs;  /* subdirectories, parents before children */
+    size_t ndirs, dcap;
 } staged;
+
+/* Creates the subdirectory `rel` in the staging directory and records it. */
+static int stage_dir(staged *sg, const char *rel, char *err, size_t errlen)
+{
+    char *path, *copy;
+    if (sg->ndirs == sg->dcap) {
+        size_t cap = sg->dcap ? 2 * sg->dcap : 8;
+        char **nd = realloc(sg->dirs, cap * sizeof *nd);
+        if (!nd) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+        sg->dirs = nd;
+        sg->dcap = cap;
+    }
+    path = path_join(sg->dir, rel);
+    copy = xstrdup(rel);
+    if (!path || !copy) {
+        free(path);
+        free(copy);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (mkdir(path, 0777) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        free(path);
+        free(copy);
+        return -1;
+    }
+    free(path);
+    sg->dirs[sg->ndirs++] = copy;
+    return 0;
+}
 
 /* The staging path of `name`, recorded as written (the caller writes it
  * next); NULL when out of memory or when `name` was staged already (err
@@ -1479,7 +1514,35 @@ static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errle
 {
     size_t i;
     int pass;
-    for (pass = 0; pass < 2; pass++)
+    for (pass = 0; pass < 2; pass++) {
+        /* subdirectories: an existing directory is merged into (its other
+         * entries stay), anything else of that name stops the commit */
+        for (i = 0; i < sg->ndirs; i++) {
+            char *to = path_join(out_dir, sg->dirs[i]);
+            struct stat sb;
+            int ok = to != NULL, exists = 0;
+            if (!ok)
+                set_err(err, errlen, "out of memory");
+            if (ok && lstat(to, &sb) == 0)
+                exists = 1;
+            else if (ok && errno != ENOENT) {
+                set_err(err, errlen, "%s: %s", to, strerror(errno));
+                ok = 0;
+            }
+            if (ok && pass == 0 && exists && !S_ISDIR(sb.st_mode)) {
+                set_err(err, errlen, "%s: exists and is not a directory (nothing was "
+                        "written)", to);
+                ok = 0;
+            }
+            if (ok && pass == 1 && !exists && mkdir(to, 0777) != 0) {
+                set_err(err, errlen, "%s: %s (the files before it in %s were replaced)",
+                        to, strerror(errno), out_dir);
+                ok = 0;
+            }
+            free(to);
+            if (!ok)
+                return -1;
+        }
         for (i = 0; i < sg->n; i++) {
             char *from = path_join(sg->dir, sg->names[i]), *to = path_join(out_dir, sg->names[i]);
             struct stat sb;
@@ -1511,6 +1574,7 @@ static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errle
             if (!ok)
                 return -1;
         }
+    }
     return 0;
 }
 
@@ -1525,10 +1589,96 @@ static void stage_free(staged *sg)
         free(p);
         free(sg->names[i]);
     }
+    for (i = sg->ndirs; i-- > 0;) {
+        char *p = sg->dir ? path_join(sg->dir, sg->dirs[i]) : NULL;
+        if (p)
+            (void)rmdir(p);
+        free(p);
+        free(sg->dirs[i]);
+    }
     if (sg->dir)
         (void)rmdir(sg->dir);
     free(sg->names);
+    free(sg->dirs);
     free(sg->dir);
+}
+
+/* Copies the directory in_root/rel (rel "" for the top) into the staging
+ * directory, recursively: regular files and directories (symbolic links
+ * followed); hidden folders (".git", ".cache") and other file types (FIFOs,
+ * sockets, devices) left out. At the top, config.json, the index and the
+ * *.safetensors files (the weights, written quantized) are not copied. The
+ * output directory, when it lies inside the input, is not copied. */
+#define CT_COPY_MAX_DEPTH 32
+static int copy_tree(staged *sg, const char *in_root, const char *rel, int depth,
+                     const struct stat *out_sb, const shard_map *map,
+                     char *err, size_t errlen)
+{
+    char *dirpath = rel[0] ? path_join(in_root, rel) : xstrdup(in_root);
+    DIR *d;
+    struct dirent *e;
+    int rc = -1;
+    size_t fi;
+
+    if (!dirpath) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (depth > CT_COPY_MAX_DEPTH) {
+        set_err(err, errlen, "%s: more than %d directory levels (a symbolic link loop?)",
+                dirpath, CT_COPY_MAX_DEPTH);
+        free(dirpath);
+        return -1;
+    }
+    d = opendir(dirpath);
+    if (!d) {
+        set_err(err, errlen, "%s: %s", dirpath, strerror(errno));
+        free(dirpath);
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *from = NULL, *relname = NULL, *to = NULL;
+        struct stat sb;
+        int skip = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0, ok = 1;
+        if (!skip && rel[0] == '\0') {
+            skip = ends_with(e->d_name, ".safetensors") ||
+                   strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
+                   strcmp(e->d_name, "config.json") == 0;
+            for (fi = 0; !skip && fi < map->nfiles; fi++)
+                skip = strcmp(e->d_name, map->files[fi]) == 0; /* a shard, quantized */
+        }
+        if (skip)
+            continue;
+        from = path_join(dirpath, e->d_name);
+        relname = rel[0] ? path_join(rel, e->d_name) : xstrdup(e->d_name);
+        if (!from || !relname) {
+            set_err(err, errlen, "out of memory");
+            ok = 0;
+        } else if (stat(from, &sb) != 0) {
+            ok = 1; /* a dangling link: nothing to copy */
+        } else if (S_ISDIR(sb.st_mode)) {
+            /* not hidden folders (.git, .cache), nor the output */
+            if (e->d_name[0] != '.' &&
+                !(sb.st_dev == out_sb->st_dev && sb.st_ino == out_sb->st_ino)) {
+                ok = stage_dir(sg, relname, err, errlen) == 0 &&
+                     copy_tree(sg, in_root, relname, depth + 1, out_sb, map, err,
+                               errlen) == 0;
+            }
+        } else if (S_ISREG(sb.st_mode)) {
+            to = stage_file(sg, relname, err, errlen);
+            ok = to && copy_file(from, to, err, errlen) == 0;
+        }
+        free(from);
+        free(relname);
+        free(to);
+        if (!ok)
+            goto done;
+    }
+    rc = 0;
+done:
+    closedir(d);
+    free(dirpath);
+    return rc;
 }
 
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
@@ -1681,45 +1831,14 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     free(path);
     path = NULL;
 
-    /* the other files of the model directory (tokenizer, generation config) */
-    {
-        DIR *d = opendir(in_dir);
-        struct dirent *e;
-        if (!d) {
-            set_err(err, errlen, "%s: %s", in_dir, strerror(errno));
-            goto done;
-        }
-        while ((e = readdir(d)) != NULL) {
-            char *from, *to;
-            int skip = e->d_name[0] == '.' || ends_with(e->d_name, ".safetensors") ||
-                       strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
-                       strcmp(e->d_name, "config.json") == 0;
-            for (fi = 0; !skip && fi < map.nfiles; fi++)
-                skip = strcmp(e->d_name, map.files[fi]) == 0; /* a shard, quantized */
-            if (skip)
-                continue;
-            from = path_join(in_dir, e->d_name);
-            if (!from) {
-                set_err(err, errlen, "out of memory");
-                closedir(d);
-                goto done;
-            }
-            if (stat(from, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-                free(from);
-                continue;
-            }
-            to = stage_file(&sg, e->d_name, err, errlen);
-            if (!to || copy_file(from, to, err, errlen) != 0) {
-                free(from);
-                free(to);
-                closedir(d);
-                goto done;
-            }
-            free(from);
-            free(to);
-        }
-        closedir(d);
+    /* the other files and folders of the model (tokenizer, generation
+     * config, sentence-transformers' 1_Pooling/ and 2_Normalize/, README) */
+    if (stat(out_dir, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", out_dir, strerror(errno));
+        goto done;
     }
+    if (copy_tree(&sg, in_dir, "", 0, &sb, &map, err, errlen) != 0)
+        goto done;
     if (stage_commit(&sg, out_dir, err, errlen) != 0)
         goto done;
     rc = 0;

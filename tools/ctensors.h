@@ -206,8 +206,11 @@ typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void
  * per-token symmetric; every other tensor copied unchanged; the shards
  * mirror the input's (same file names, same tensors in each, index
  * rewritten); config.json is the input's (or {}) with
- * "quantization_config" added; other regular files of in_dir (tokenizer,
- * generation config) are copied. An input that already has a
+ * "quantization_config" added; every other file and folder of in_dir
+ * (tokenizer, generation config, README, sentence-transformers'
+ * 1_Pooling/ and 2_Normalize/, .gitattributes) is copied, recursively,
+ * except hidden folders (.git, .cache), other *.safetensors files at the
+ * top, and file types other than regular files and directories. An input that already has a
  * quantization_config, a non-finite weight, or a Linear weight whose
  * module already has a "weight_scale" tensor is an error.
  * Everything is written into a staging directory inside out_dir
