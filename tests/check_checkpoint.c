@@ -1227,6 +1227,7 @@ START_TEST(test_quantize_copies_tree)
     st_tensor t;
     struct stat sb;
     int run;
+    ct_quantize_stats stats;
 
     make_tmpdir(in, sizeof in);
     t = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
@@ -1253,11 +1254,13 @@ START_TEST(test_quantize_copies_tree)
     snprintf(out, sizeof out, "%s/w8a8", in);   /* the output inside the input */
 
     for (run = 0; run < 2; run++) {
-        ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0,
-                      "run %d: %s", run, err);
+        ck_assert_msg(ct_quantize_checkpoint_ex(in, out, NULL, NULL, &stats, err, sizeof err)
+                      == 0, "run %d: %s", run, err);
         dir_names(out, names, sizeof names);
         ck_assert_str_eq(names, ".gitattributes,1_Pooling,2_Normalize,README.md,config.json,"
                                 "model.safetensors,modules.json,sub");
+        ck_assert_uint_eq(stats.quantized, 1);
+        ck_assert_uint_eq(stats.files_copied, 5);
         snprintf(p, sizeof p, "%s/1_Pooling/config.json", in);
         snprintf(q, sizeof q, "%s/1_Pooling/config.json", out);
         same_file(p, q);

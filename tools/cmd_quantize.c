@@ -44,7 +44,8 @@ void cmd_quantize_help(FILE *f)
           "Options:\n"
           "  -h, --help   show this help\n"
           "\n"
-          "Progress goes to stderr when stderr is a terminal.\n"
+          "Progress goes to stderr when stderr is a terminal; a one-line summary\n"
+          "goes to stderr on success.\n"
           "Exit status: 0 written, 1 an error (message on stderr), 2 bad command line.\n",
           f);
 }
@@ -63,6 +64,7 @@ int cmd_quantize(int argc, char **argv)
     };
     char err[1024] = "";
     int c, rc;
+    ct_quantize_stats stats;
 
     opterr = 0;
     optind = 1;
@@ -80,11 +82,15 @@ int cmd_quantize(int argc, char **argv)
     if (cli_check_path("quantize", "INPUT_DIR", argv[optind]) != 0 ||
         cli_check_path("quantize", "OUTPUT_DIR", argv[optind + 1]) != 0)
         return EXIT_USAGE;
-    rc = ct_quantize_checkpoint(argv[optind], argv[optind + 1],
-                                progress_enabled() ? show_progress : NULL, NULL,
-                                err, sizeof err);
+    rc = ct_quantize_checkpoint_ex(argv[optind], argv[optind + 1],
+                                   progress_enabled() ? show_progress : NULL, NULL, &stats,
+                                   err, sizeof err);
     progress_clear();
     if (rc != 0)
         return cli_error("quantize", "%s", err);
+    fprintf(stderr, "scaledmm quantize: wrote %s: %zu of %zu tensors quantized to int8, "
+            "%zu safetensors file%s, %zu other file%s copied\n", argv[optind + 1],
+            stats.quantized, stats.tensors, stats.shards, stats.shards == 1 ? "" : "s", stats.files_copied,
+            stats.files_copied == 1 ? "" : "s");
     return EXIT_PASS;
 }

@@ -35,7 +35,8 @@ void cmd_run_help(FILE *f)
           "model.layers.0.mlp.down_proj (the tensor name without \".weight\");\n"
           "--list prints every quantized layer of CHECKPOINT, one a line: NAME, N,\n"
           "K and the scheme, tab-separated (a layer that cannot run: NAME and\n"
-          "\"unusable:\" with the reason).\n"
+          "\"unusable:\" with the reason). A one-line summary goes to stderr on\n"
+          "success.\n"
           "\n"
           "Options:\n"
           "  -l, --layer NAME    the layer to run (required)\n"
@@ -232,6 +233,13 @@ int cmd_run(int argc, char **argv)
         cli_error("run", "%s", err);
         goto done;
     }
+    fprintf(stderr, "scaledmm run: layer %s: %lld x %lld %s -> %lld x %lld%s, written to "
+            "%s\n", L->name, (long long)m, (long long)L->k, st_dtype_name(x.dtype),
+            (long long)m, (long long)L->n,
+            L->bias ? (bias_f32 || dt == SMM_DTYPE_F32 ? ", bias float32"
+                       : dt == SMM_DTYPE_F16 ? ", bias rounded to F16"
+                                             : ", bias rounded to BF16") : "",
+            out_path);
     rc = EXIT_PASS;
 done:
     smm_context_destroy(ctx);

@@ -1337,8 +1337,8 @@ typedef struct out_tensor {
 /* Builds the tensors of one output shard: quantized Linear weights with
  * their scales, everything else as is. */
 static int build_shard(const st_checkpoint *ck, const shard_map *map, const char *file,
-                       out_tensor **out, size_t *nout, size_t *done, size_t total,
-                       ct_progress_fn progress, void *user,
+                       out_tensor **out, size_t *nout, size_t *done,
+                       size_t *quantized, size_t total, ct_progress_fn progress, void *user,
                        char *err, size_t errlen)
 {
     size_t i, count = st_checkpoint_count(ck), n = 0;
@@ -1395,6 +1395,7 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
                 }
                 sc[r] = ct_quantize_row(row, K, q + r * K);
             }
+            ++*quantized;
             qt->t = *t;
             qt->t.dtype = ST_I8;
             qt->t.data = q;
@@ -1612,7 +1613,7 @@ static void stage_free(staged *sg)
 #define CT_COPY_MAX_DEPTH 32
 static int copy_tree(staged *sg, const char *in_root, const char *rel, int depth,
                      const struct stat *out_sb, const shard_map *map,
-                     char *err, size_t errlen)
+                     ct_quantize_stats *stats, char *err, size_t errlen)
 {
     char *dirpath = rel[0] ? path_join(in_root, rel) : xstrdup(in_root);
     DIR *d;
@@ -1661,12 +1662,16 @@ static int copy_tree(staged *sg, const char *in_root, const char *rel, int depth
             if (e->d_name[0] != '.' &&
                 !(sb.st_dev == out_sb->st_dev && sb.st_ino == out_sb->st_ino)) {
                 ok = stage_dir(sg, relname, err, errlen) == 0 &&
-                     copy_tree(sg, in_root, relname, depth + 1, out_sb, map, err,
+                     copy_tree(sg, in_root, relname, depth + 1, out_sb, map, stats, err,
                                errlen) == 0;
+                if (ok && stats)
+                    stats->dirs_copied++;
             }
         } else if (S_ISREG(sb.st_mode)) {
             to = stage_file(sg, relname, err, errlen);
             ok = to && copy_file(from, to, err, errlen) == 0;
+            if (ok && stats)
+                stats->files_copied++;
         }
         free(from);
         free(relname);
@@ -1684,6 +1689,13 @@ done:
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user, char *err, size_t errlen)
 {
+    return ct_quantize_checkpoint_ex(in_dir, out_dir, progress, user, NULL, err, errlen);
+}
+
+int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
+                              ct_progress_fn progress, void *user, ct_quantize_stats *stats,
+                              char *err, size_t errlen)
+{
     st_checkpoint *ck = NULL;
     shard_map map;
     json_t *config = NULL, *index_out = NULL, *wm_out = NULL;
@@ -1693,11 +1705,14 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     int rc = -1, created = 0;
     struct stat sb;
     staged sg;
+    size_t quantized = 0;
     static const char *const meta_keys[] = { "format" };
     static const char *const meta_values[] = { "pt" };
 
     memset(&map, 0, sizeof map);
     memset(&sg, 0, sizeof sg);
+    if (stats)
+        memset(stats, 0, sizeof *stats);
     if (check_dir(in_dir, err, errlen) != 0)
         return -1;
     ck = st_checkpoint_open(in_dir, err, errlen);
@@ -1775,6 +1790,10 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         }
     }
     total = st_checkpoint_count(ck);
+    if (stats) {
+        stats->tensors = total;
+        stats->shards = map.nfiles;
+    }
     for (fi = 0; fi < map.nfiles; fi++) {
         out_tensor *o = NULL;
         st_tensor *ts;
@@ -1785,8 +1804,9 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                     "name of the directory", map.files[fi]);
             goto done;
         }
-        ok = build_shard(ck, &map, map.files[fi], &o, &n, &done, total, progress, user,
-                         err, errlen) == 0;
+        ok = build_shard(ck, &map, map.files[fi], &o, &n, &done,
+                         stats ? &stats->quantized : &quantized, total, progress, user, err,
+                         errlen) == 0;
         ts = ok ? malloc((n ? n : 1) * sizeof *ts) : NULL;
         if (ok && !ts) {
             set_err(err, errlen, "out of memory");
@@ -1837,7 +1857,7 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         set_err(err, errlen, "%s: %s", out_dir, strerror(errno));
         goto done;
     }
-    if (copy_tree(&sg, in_dir, "", 0, &sb, &map, err, errlen) != 0)
+    if (copy_tree(&sg, in_dir, "", 0, &sb, &map, stats, err, errlen) != 0)
         goto done;
     if (stage_commit(&sg, out_dir, err, errlen) != 0)
         goto done;

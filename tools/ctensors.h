@@ -194,6 +194,15 @@ int ct_is_linear_weight(const st_tensor *t);
  */
 float ct_quantize_row(const float *w, int64_t k, int8_t *q);
 
+/* What ct_quantize_checkpoint_ex wrote (for the summary line). */
+typedef struct ct_quantize_stats {
+    size_t tensors;        /* tensors of the input */
+    size_t quantized;      /* Linear weights quantized */
+    size_t shards;         /* safetensors files written */
+    size_t files_copied;   /* other files copied (subdirectories included) */
+    size_t dirs_copied;    /* subdirectories copied */
+} ct_quantize_stats;
+
 /* Progress callback of ct_quantize_checkpoint: tensor `done` of `total`. */
 typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void *user);
 
@@ -226,5 +235,9 @@ typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user,
                            char *err, size_t errlen);
+/* ct_quantize_checkpoint, with what was written in *stats (when non-NULL). */
+int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
+                              ct_progress_fn progress, void *user, ct_quantize_stats *stats,
+                              char *err, size_t errlen);
 
 #endif
