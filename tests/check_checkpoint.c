@@ -1280,6 +1280,84 @@ START_TEST(test_quantize_copies_tree)
 }
 END_TEST
 
+/* The keys of an object, recursively, into buf ("a,b.c,b.d"), sorted per
+ * level as jansson iterates them (insertion order) is not: we collect and
+ * sort. */
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void key_paths(const json_t *v, const char *prefix, char **out, size_t *n, size_t cap)
+{
+    const char *key;
+    json_t *val;
+    if (!json_is_object(v))
+        return;
+    json_object_foreach((json_t *)v, key, val) {
+        char path[512];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+        ck_assert(*n < cap);
+        out[(*n)++] = strdup(path);
+        key_paths(val, path, out, n, cap);
+    }
+}
+
+/* The quantization_config quantize writes has exactly the keys
+ * compressed-tensors writes (tests/data/ct-quantization-config.json, made by
+ * scripts/ct-config-fixture.py from the real package). */
+START_TEST(test_config_keys)
+{
+    char in[512], out[512], path[1200], err[1024];
+    const char *data = getenv("SMM_TEST_DATA");
+    json_t *fixture, *ours;
+    json_error_t je;
+    char *fk[128], *ok[128];
+    size_t nf = 0, no = 0, i;
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 }, head[2 * 3];
+    st_tensor t[2];
+
+    ck_assert_msg(data != NULL, "SMM_TEST_DATA is not set");
+    snprintf(path, sizeof path, "%s/ct-quantization-config.json", data);
+    fixture = json_load_file(path, 0, &je);
+    ck_assert_msg(fixture != NULL, "%s: %s", path, je.text);
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    t[0] = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    t[1] = tensor("lm_head.weight", ST_F32, 2, 2, 3, head);
+    write_st(in, "model.safetensors", t, 2);
+    ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    ours = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(ours);
+    key_paths(json_object_get(fixture, "quantization_config"), "", fk, &nf, 128);
+    key_paths(json_object_get(ours, "quantization_config"), "", ok, &no, 128);
+    qsort(fk, nf, sizeof *fk, cmp_str);
+    qsort(ok, no, sizeof *ok, cmp_str);
+    for (i = 0; i < nf || i < no; i++)
+        ck_assert_msg(i < nf && i < no && strcmp(fk[i], ok[i]) == 0,
+                      "key %zu: compressed-tensors %s, scaledmm %s", i, i < nf ? fk[i] : "-",
+                      i < no ? ok[i] : "-");
+    /* the values of the fields llm-compressor's readers compare */
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ours,
+                     "quantization_config"), "version")),
+                     json_string_value(json_object_get(json_object_get(fixture,
+                     "quantization_config"), "version")));
+    ck_assert(json_equal(json_object_get(json_object_get(ours, "quantization_config"),
+                                         "ignore"),
+                         json_object_get(json_object_get(fixture, "quantization_config"),
+                                         "ignore")));
+    for (i = 0; i < nf; i++)
+        free(fk[i]);
+    for (i = 0; i < no; i++)
+        free(ok[i]);
+    json_decref(fixture);
+    json_decref(ours);
+    rm_tree(in);
+    rm_tree(out);
+}
+END_TEST
+
 /* Rounds v to bfloat16 (ties to even) by hand. */
 static float golden_bf16(float v)
 {
@@ -1374,6 +1452,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
     tcase_add_test(tu_tcase(s, "quantize_copies_tree", 30), test_quantize_copies_tree);
+    tcase_add_test(tu_tcase(s, "config_keys", 30), test_config_keys);
     tcase_add_test(tu_tcase(s, "bias_rounding", 30), test_bias_rounding);
     return s;
 }

@@ -1299,25 +1299,38 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
     return rc;
 }
 
-/* The quantization_config this tool writes. */
-static json_t *qconfig_json(void)
+/* The version of compressed-tensors whose quantization_config layout this
+ * tool writes (the keys of tests/data/ct-quantization-config.json). */
+#define CT_FORMAT_VERSION "0.20.1"
+
+/* The quantization_config this tool writes: every key compressed-tensors
+ * (llm-compressor's save_pretrained) writes for an int8 w8a8 model, in its
+ * order. `ignore` lists lm_head when the model has one, as
+ * compressed-tensors lists the ignored modules that exist. */
+static json_t *qconfig_json(int has_lm_head)
 {
-    json_t *w = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
-                          "num_bits", 8, "type", "int", "symmetric", 1,
-                          "strategy", "channel", "dynamic", 0,
-                          "group_size", "block_structure", "actorder");
-    json_t *a = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
-                          "num_bits", 8, "type", "int", "symmetric", 1,
-                          "strategy", "token", "dynamic", 1,
-                          "group_size", "block_structure", "actorder");
-    return json_pack("{s:s, s:s, s:s, s:{s:{s:[s], s:o, s:o, s:n}}, s:[s], s:n}",
-                     "quant_method", "compressed-tensors",
+    json_t *w = json_pack("{s:b, s:n, s:i, s:s, s:b, s:s}",
+                          "dynamic", 0, "group_size", "num_bits", 8,
+                          "strategy", "channel", "symmetric", 1, "type", "int");
+    json_t *a = json_pack("{s:b, s:n, s:i, s:s, s:b, s:s}",
+                          "dynamic", 1, "group_size", "num_bits", 8,
+                          "strategy", "token", "symmetric", 1, "type", "int");
+    json_t *ignore = has_lm_head ? json_pack("[s]", "lm_head") : json_array();
+    return json_pack("{s:{s:{s:s, s:o, s:n, s:[s], s:o}}, s:s, s:n, s:o, s:n, s:n, s:s, "
+                     "s:s, s:{}, s:{}, s:s}",
+                     "config_groups", "group_0", "format", "int-quantized",
+                     "input_activations", a, "output_activations", "targets", "Linear",
+                     "weights", w,
                      "format", "int-quantized",
+                     "global_compression_ratio",
+                     "ignore", ignore,
+                     "kv_cache_scheme",
+                     "moe_sparsity_config",
+                     "quant_method", "compressed-tensors",
                      "quantization_status", "compressed",
-                     "config_groups", "group_0", "targets", "Linear", "weights", w,
-                     "input_activations", a, "output_activations",
-                     "ignore", "lm_head",
-                     "kv_cache_scheme");
+                     "sparsity_config",
+                     "transform_config",
+                     "version", CT_FORMAT_VERSION);
 }
 
 static int same_dir(const char *a, const char *b)
@@ -1745,7 +1758,9 @@ int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
     }
     free(path);
     path = NULL;
-    if (!config || json_object_set_new(config, "quantization_config", qconfig_json()) != 0) {
+    if (!config || json_object_set_new(config, "quantization_config",
+                                       qconfig_json(st_checkpoint_find(ck, "lm_head.weight")
+                                                    != NULL)) != 0) {
         set_err(err, errlen, "out of memory");
         goto done;
     }
