@@ -1254,8 +1254,8 @@ START_TEST(test_quantize_copies_tree)
     snprintf(out, sizeof out, "%s/w8a8", in);   /* the output inside the input */
 
     for (run = 0; run < 2; run++) {
-        ck_assert_msg(ct_quantize_checkpoint_ex(in, out, NULL, NULL, &stats, err, sizeof err)
-                      == 0, "run %d: %s", run, err);
+        ck_assert_msg(ct_quantize_checkpoint_ex(in, out, CT_MATCH_CONTRACT, NULL, NULL, &stats,
+                                                err, sizeof err) == 0, "run %d: %s", run, err);
         dir_names(out, names, sizeof names);
         ck_assert_str_eq(names, ".gitattributes,1_Pooling,2_Normalize,README.md,config.json,"
                                 "model.safetensors,modules.json,sub");
@@ -1358,7 +1358,7 @@ START_TEST(test_config_keys)
 }
 END_TEST
 
-/* Rounds v to bfloat16 (ties to even) by hand. */
+/* Rounds v to bfloat16 (ties to even) by hand, for the golden rows. */
 static float golden_bf16(float v)
 {
     uint32_t u;
@@ -1368,6 +1368,97 @@ static float golden_bf16(float v)
     memcpy(&v, &u, 4);
     return v;
 }
+
+static float golden_round(st_dtype dt, float v)
+{
+    return dt == ST_BF16 ? golden_bf16(v) : smm_f16_to_f32(smm_f32_to_f16(v));
+}
+
+/* llm-compressor's row formula, independently: torch's ops in dt. */
+static float golden_row_dtype(const float *w, int64_t k, st_dtype dt, int8_t *q)
+{
+    float amax = 0.0f, scale;
+    int64_t i;
+    for (i = 0; i < k; i++)
+        if (fabsf(w[i]) > amax)
+            amax = fabsf(w[i]);
+    scale = golden_round(dt, amax / 127.5f);
+    if (scale == 0.0f)
+        scale = dt == ST_BF16 ? 0.0078125f : 0.0009765625f;
+    for (i = 0; i < k; i++) {
+        float v = golden_round(dt, w[i] / scale);
+        v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
+        q[i] = (int8_t)lrintf(v);
+    }
+    return scale;
+}
+
+/* --match llm-compressor: bf16 and f16 weights quantized in their dtype,
+ * scales stored in it; float32 weights as by default. */
+START_TEST(test_match_llm_compressor)
+{
+    char in[512], out[512], err[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("match_llm_compressor");
+    st_checkpoint *ck, *src;
+    static const char *const names[] = { "model.layers.0.mlp.down_proj",
+                                         "model.layers.1.mlp.up_proj",
+                                         "model.layers.0.self_attn.q_proj" };
+    size_t li;
+    int differ = 0;
+
+    ck_assert_ptr_nonnull(c);
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    make_float_ckpt(in, c, &r);
+    c->down[0] = c->down[1] = 0;   /* keep the zero-row cases below meaningful */
+    ck_assert_msg(ct_quantize_checkpoint_ex(in, out, CT_MATCH_LLM_COMPRESSOR, NULL, NULL, NULL,
+                                            err, sizeof err) == 0, "%s", err);
+    src = st_checkpoint_open(in, err, sizeof err);
+    ck = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(src && ck, "%s", err);
+    for (li = 0; li < 3; li++) {
+        char wn[256], sn[256];
+        const st_tensor *w, *q, *s;
+        int64_t n, k, row, col;
+        snprintf(wn, sizeof wn, "%s.weight", names[li]);
+        snprintf(sn, sizeof sn, "%s.weight_scale", names[li]);
+        w = st_checkpoint_find(src, wn);
+        q = st_checkpoint_find(ck, wn);
+        s = st_checkpoint_find(ck, sn);
+        ck_assert(w && q && s);
+        ck_assert_int_eq(q->dtype, ST_I8);
+        ck_assert_msg(s->dtype == w->dtype, "%s: scale %s, weight %s", sn,
+                      st_dtype_name(s->dtype), st_dtype_name(w->dtype));
+        n = w->shape[0];
+        k = w->shape[1];
+        for (row = 0; row < n; row++) {
+            float wr[256], gs, def;
+            int8_t gq[256], dq[256];
+            ck_assert(k <= 256);
+            for (col = 0; col < k; col++)
+                wr[col] = elem(w, (size_t)(row * k + col));
+            gs = w->dtype == ST_F32 ? golden_row(wr, k, gq) : golden_row_dtype(wr, k, w->dtype, gq);
+            ck_assert_msg(tu_f2u(elem(s, (size_t)row)) == tu_f2u(gs), "%s row %lld: scale %a, "
+                          "expected %a", sn, (long long)row, (double)elem(s, (size_t)row),
+                          (double)gs);
+            ck_assert_msg(memcmp((const int8_t *)q->data + row * k, gq, (size_t)k) == 0,
+                          "%s row %lld differs from llm-compressor's formula", wn,
+                          (long long)row);
+            def = golden_row(wr, k, dq);
+            (void)def;
+            differ += memcmp(dq, gq, (size_t)k) != 0;
+        }
+    }
+    /* the two modes do differ on these 16-bit rows (else the test proves little) */
+    ck_assert_msg(differ > 0, "no row differs between the float32 and llm-compressor modes");
+    st_checkpoint_close(src);
+    st_checkpoint_close(ck);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
 
 /* The bias rounded to the model's dtype (vLLM's): ct_layer_forward_bias
  * equals ct_layer_forward on a layer whose bias was rounded beforehand. */
@@ -1453,6 +1544,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
     tcase_add_test(tu_tcase(s, "quantize_copies_tree", 30), test_quantize_copies_tree);
     tcase_add_test(tu_tcase(s, "config_keys", 30), test_config_keys);
+    tcase_add_test(tu_tcase(s, "match_llm_compressor", 30), test_match_llm_compressor);
     tcase_add_test(tu_tcase(s, "bias_rounding", 30), test_bias_rounding);
     return s;
 }

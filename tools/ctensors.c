@@ -1144,6 +1144,40 @@ float ct_quantize_row(const float *w, int64_t k, int8_t *q)
     return scale;
 }
 
+static float round_to(st_dtype dt, float v)
+{
+    return dt == ST_F16 ? smm_f16_to_f32(smm_f32_to_f16(v))
+                        : smm_bf16_to_f32(smm_f32_to_bf16(v));
+}
+
+float ct_quantize_row_dtype(const float *w, int64_t k, st_dtype dt, int8_t *q)
+{
+    float mn = 0.0f, mx = 0.0f, amax, scale;
+    int64_t i;
+
+    if (dt != ST_F16 && dt != ST_BF16)
+        return ct_quantize_row(w, k, q);
+    for (i = 0; i < k; i++) {
+        if (w[i] < mn)
+            mn = w[i];
+        if (w[i] > mx)
+            mx = w[i];
+    }
+    amax = fabsf(mn) > fabsf(mx) ? fabsf(mn) : fabsf(mx);
+    scale = round_to(dt, amax / 127.5f);   /* 255 and 127.5 are exact in both types */
+    if (scale == 0.0f)
+        scale = dt == ST_F16 ? 0x1p-10f : 0x1p-7f;   /* torch.finfo(dt).eps */
+    for (i = 0; i < k; i++) {
+        float v = round_to(dt, w[i] / scale);
+        if (v < -128.0f)
+            v = -128.0f;
+        if (v > 127.0f)
+            v = 127.0f;
+        q[i] = (int8_t)nearbyintf(v);
+    }
+    return scale;
+}
+
 /* Which file of in_dir holds each tensor. */
 typedef struct shard_map {
     char **files;        /* distinct file names, in order of appearance */
@@ -1350,7 +1384,7 @@ typedef struct out_tensor {
 /* Builds the tensors of one output shard: quantized Linear weights with
  * their scales, everything else as is. */
 static int build_shard(const st_checkpoint *ck, const shard_map *map, const char *file,
-                       out_tensor **out, size_t *nout, size_t *done,
+                       ct_match_mode mode, out_tensor **out, size_t *nout, size_t *done,
                        size_t *quantized, size_t total, ct_progress_fn progress, void *user,
                        char *err, size_t errlen)
 {
@@ -1376,6 +1410,8 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
         }
         {
             int64_t N = t->shape[0], K = t->shape[1], r, c;
+            /* llm-compressor stores the scales in the model's (the weight's) dtype */
+            st_dtype sdt = mode == CT_MATCH_LLM_COMPRESSOR ? t->dtype : ST_F32;
             int8_t *q = malloc((size_t)N * (size_t)K);
             float *sc = malloc((size_t)N * sizeof *sc);
             size_t nl = strlen(t->name);
@@ -1406,7 +1442,17 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
                         goto fail;
                     }
                 }
-                sc[r] = ct_quantize_row(row, K, q + r * K);
+                sc[r] = mode == CT_MATCH_LLM_COMPRESSOR
+                    ? ct_quantize_row_dtype(row, K, t->dtype, q + r * K)
+                    : ct_quantize_row(row, K, q + r * K);
+            }
+            if (sdt != ST_F32) {
+                /* scale values of sdt, stored in place as 16-bit values */
+                uint16_t *h = (uint16_t *)sc;
+                for (r = 0; r < N; r++) {
+                    uint16_t v = sdt == ST_F16 ? smm_f32_to_f16(sc[r]) : smm_f32_to_bf16(sc[r]);
+                    memcpy(h + r, &v, 2);
+                }
             }
             ++*quantized;
             qt->t = *t;
@@ -1415,12 +1461,12 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
             qt->t.nbytes = (size_t)N * (size_t)K;
             memset(&st->t, 0, sizeof st->t);
             st->t.name = sname;
-            st->t.dtype = ST_F32;
+            st->t.dtype = sdt;
             st->t.ndim = 2;
             st->t.shape[0] = N;
             st->t.shape[1] = 1;
             st->t.data = sc;
-            st->t.nbytes = (size_t)N * sizeof(float);
+            st->t.nbytes = (size_t)N * st_dtype_size(sdt);
         }
     }
     free(row);
@@ -1702,10 +1748,11 @@ done:
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user, char *err, size_t errlen)
 {
-    return ct_quantize_checkpoint_ex(in_dir, out_dir, progress, user, NULL, err, errlen);
+    return ct_quantize_checkpoint_ex(in_dir, out_dir, CT_MATCH_CONTRACT, progress, user, NULL,
+                                     err, errlen);
 }
 
-int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
+int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir, ct_match_mode mode,
                               ct_progress_fn progress, void *user, ct_quantize_stats *stats,
                               char *err, size_t errlen)
 {
@@ -1819,7 +1866,7 @@ int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
                     "name of the directory", map.files[fi]);
             goto done;
         }
-        ok = build_shard(ck, &map, map.files[fi], &o, &n, &done,
+        ok = build_shard(ck, &map, map.files[fi], mode, &o, &n, &done,
                          stats ? &stats->quantized : &quantized, total, progress, user, err,
                          errlen) == 0;
         ts = ok ? malloc((n ? n : 1) * sizeof *ts) : NULL;

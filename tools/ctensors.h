@@ -194,6 +194,28 @@ int ct_is_linear_weight(const st_tensor *t);
  */
 float ct_quantize_row(const float *w, int64_t k, int8_t *q);
 
+/*
+ * llm-compressor's arithmetic for a bfloat16 or float16 weight row (dt
+ * ST_BF16 or ST_F16; w holds its values widened exactly): compressed-tensors
+ * computes in the tensor's dtype, every operation being a float32 operation
+ * rounded (to nearest even) to dt:
+ *   amax  = max(|min(w, 0)|, max(w, 0))                  (exact)
+ *   scale = rnd_dt(amax / 127.5f)
+ *   scale = finfo(dt).eps (bf16 2^-7, f16 2^-10) when it is 0
+ *   q     = round_half_even(clamp(rnd_dt(w / scale), -128, 127))
+ * The rounding of w / scale to dt before the rounding to an integer is
+ * where this differs from ct_quantize_row. Returns the scale (a value of
+ * dt); dt ST_F32 is ct_quantize_row.
+ */
+float ct_quantize_row_dtype(const float *w, int64_t k, st_dtype dt, int8_t *q);
+
+/* Which arithmetic `scaledmm quantize` uses. */
+typedef enum ct_match_mode {
+    CT_MATCH_CONTRACT = 0,       /* ct_quantize_row in float32, F32 scales (default) */
+    CT_MATCH_LLM_COMPRESSOR = 1  /* ct_quantize_row_dtype in the weight's dtype,
+                                    scales stored in that dtype (as llm-compressor) */
+} ct_match_mode;
+
 /* What ct_quantize_checkpoint_ex wrote (for the summary line). */
 typedef struct ct_quantize_stats {
     size_t tensors;        /* tensors of the input */
@@ -235,8 +257,9 @@ typedef void (*ct_progress_fn)(size_t done, size_t total, const char *name, void
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user,
                            char *err, size_t errlen);
-/* ct_quantize_checkpoint, with what was written in *stats (when non-NULL). */
-int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir,
+/* ct_quantize_checkpoint with the arithmetic chosen by `mode`, and what was
+ * written in *stats (when non-NULL). */
+int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir, ct_match_mode mode,
                               ct_progress_fn progress, void *user, ct_quantize_stats *stats,
                               char *err, size_t errlen);
 
