@@ -1055,6 +1055,62 @@ START_TEST(test_regex_python)
 }
 END_TEST
 
+/* The fuzz seeds of fuzz/fuzz_config.c (tests/data/config): the valid
+ * ones parse, the hostile patterns are refused, the backtracking one stops
+ * at the match limit. */
+START_TEST(test_config_corpus)
+{
+    static const struct { const char *file; int ok; } cases[] = {
+        { "valid-linear.json", 1 },
+        { "valid-python-regex.json", 1 },
+        { "compressed-tensors-0.20.1.json", 1 },
+        { "backtracking.json", 1 },
+        { "nested-counted-repeat.json", 0 },
+        { "stray-parenthesis.json", 0 },
+    };
+    const char *data = getenv("SMM_TEST_DATA");
+    char dir[1024], err[1024], name[64];
+    const ct_scheme *s;
+    const char *g;
+    size_t i;
+    ck_assert_msg(data != NULL, "SMM_TEST_DATA is not set");
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1200], *text;
+        FILE *f;
+        long n;
+        ct_config *c;
+        snprintf(dir, sizeof dir, "%s/config", data);
+        snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+        f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "%s", path);
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = malloc((size_t)n + 1);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_int_eq((long)fread(text, 1, (size_t)n, f), n);
+        fclose(f);
+        err[0] = '\0';
+        c = ct_config_parse(text, (size_t)n, cases[i].file, err, sizeof err);
+        free(text);
+        ck_assert_msg((c != NULL) == cases[i].ok, "%s: %s", cases[i].file, err);
+        if (!c) {
+            ck_assert_msg(strstr(err, "not a valid regular expression"), "%s", err);
+            continue;
+        }
+        ck_assert_int_eq(ct_config_lookup(c, "model.layers.3.mlp.down_proj", &s, &g, err,
+                                          sizeof err), 0);
+        ck_assert_ptr_nonnull(s);
+        memset(name, 'a', 50);
+        name[50] = '!';
+        name[51] = '\0';
+        ck_assert_int_eq(ct_config_lookup(c, name, &s, &g, err, sizeof err),
+                         strcmp(cases[i].file, "backtracking.json") == 0 ? -1 : 0);
+        ct_config_free(c);
+    }
+}
+END_TEST
+
 /* FIFOs never hang a reader; a directory where a file belongs, a file
  * where a directory belongs and a trailing slash give clear messages. */
 START_TEST(test_hostile_paths)
@@ -1540,6 +1596,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "quantize_output_names", 30), test_quantize_output_names);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
     tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
+    tcase_add_test(tu_tcase(s, "config_corpus", 30), test_config_corpus);
     tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
     tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
     tcase_add_test(tu_tcase(s, "quantize_copies_tree", 30), test_quantize_copies_tree);
