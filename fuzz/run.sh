@@ -5,6 +5,8 @@
 #   fuzz_safetensors  st_parse          (safetensors headers)
 #   fuzz_index        st_index_validate (model.safetensors.index.json)
 #   fuzz_npy          npy_parse         (.npy headers)
+#   fuzz_config       ct_config_parse   (config.json's quantization_config and
+#                                        its "re:" patterns, matched on names)
 # Fails on the first crash, sanitizer report, leak or timeout; the input
 # that caused it is kept as $FUZZ_OUT/crash-<target>-* (fix the bug, then add
 # the input to tests/data/malformed through tests/data/make_corpus.py).
@@ -19,6 +21,7 @@ cc=${FUZZ_CC:-clang}
 out=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/smm-fuzz.XXXXXX")}
 mkdir -p "$out"
 jansson=$(pkg-config --cflags --libs jansson 2>/dev/null || echo -ljansson)
+pcre2=$(pkg-config --cflags --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=all -Wall -Wextra -Werror"
 
@@ -27,17 +30,20 @@ seeds() {   # seeds TARGET: the corpus files that target reads
     safetensors) find "$top/tests/data" -type f -name '*.safetensors' ;;
     index) find "$top/tests/data" -type f -name '*.json' ;;
     npy) find "$top/tests/data" -type f -name '*.npy' ;;
+    config) find "$top/tests/data/config" -type f -name '*.json' ;;
     esac
 }
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for t in safetensors index npy; do
+for t in safetensors index npy config; do
     echo "fuzz: building fuzz_$t" >&2
+    extra=""
+    [ "$t" = config ] && extra="$top/tools/ctensors.c $pcre2"
     # shellcheck disable=SC2086
-    "$cc" $flags -I"$top/tools" "$top/fuzz/fuzz_$t.c" "$top/tools/safetensors.c" \
-        "$top/tools/npy.c" $jansson -o "$out/fuzz_$t"
+    "$cc" $flags -I"$top/tools" -I"$top/include" "$top/fuzz/fuzz_$t.c" \
+        "$top/tools/safetensors.c" "$top/tools/npy.c" $extra $jansson -lm -o "$out/fuzz_$t"
     rm -rf "$out/corpus_$t"
     mkdir -p "$out/corpus_$t"
     n=0

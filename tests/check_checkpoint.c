@@ -16,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctensors.h"
+#include "npy.h"
 #include "safetensors.h"
 
 /* ------------------------------------------------------------------ */
@@ -966,6 +968,621 @@ START_TEST(test_linear_rule)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Hostile files and Python's re.match                                 */
+/* ------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A config whose group_0 targets `pattern` (and nothing else). */
+static ct_config *config_with_target(const char *pattern, char *err, size_t errlen)
+{
+    json_t *cfg = base_config();
+    char *text;
+    ct_config *c;
+    json_object_set_new(grp_of(cfg, NULL), "targets", json_pack("[s]", pattern));
+    text = json_dumps(cfg, 0);
+    c = ct_config_parse(text, strlen(text), "config.json", err, errlen);
+    free(text);
+    json_decref(cfg);
+    return c;
+}
+
+/* "re:" patterns behave as Python's re.match (PCRE2 anchored), with
+ * bounded time and memory. */
+START_TEST(test_regex_python)
+{
+    static const struct { const char *pattern, *name; int hit; } cases[] = {
+        { "re:mlp|attn", "attn.o", 1 },                 /* each alternative anchored */
+        { "re:mlp|attn", "x.attn", 0 },
+        { "re:mlp", "model.mlp", 0 },                   /* match, not search */
+        { "re:.*down_proj$", "model.layers.0.mlp.down_proj", 1 },
+        { "re:.*down_proj$", "model.layers.0.mlp.down_proj_x", 0 },
+        { "re:model\\.layers\\.\\d+\\.mlp", "model.layers.12.mlp.up", 1 },
+        { "re:(?:q|k)_proj", "k_proj", 1 },
+        { "re:(?P<a>x)y(?P=a)", "xyx", 1 },
+        { "re:a$", "a", 1 },
+        { "re:a$", "ab", 0 },
+    };
+    static const char *const invalid[] = {
+        "re:zzz)|(mlp",                  /* the stray ")" Python rejects */
+        "re:((((a{1,255}){1,255}){1,255}){1,255})",
+        "re:(",
+        "re:a{2,1}",
+    };
+    char err[1024], name[128];
+    const ct_scheme *s;
+    const char *g;
+    ct_config *c;
+    size_t i;
+    double t0;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c = config_with_target(cases[i].pattern, err, sizeof err);
+        ck_assert_msg(c != NULL, "%s rejected: %s", cases[i].pattern, err);
+        ck_assert_int_eq(ct_config_lookup(c, cases[i].name, &s, &g, err, sizeof err), 0);
+        ck_assert_msg((s != NULL) == cases[i].hit, "%s on %s: %d, expected %d",
+                      cases[i].pattern, cases[i].name, s != NULL, cases[i].hit);
+        ct_config_free(c);
+    }
+    for (i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        t0 = now_s();
+        err[0] = '\0';
+        c = config_with_target(invalid[i], err, sizeof err);
+        ck_assert_msg(c == NULL, "%s accepted", invalid[i]);
+        ck_assert_msg(strstr(err, "group_0.targets[0]") &&
+                      strstr(err, "not a valid regular expression"), "%s", err);
+        ck_assert_msg(now_s() - t0 < 2.0, "%s took %.1f s to reject", invalid[i],
+                      now_s() - t0);
+    }
+    /* catastrophic backtracking stops at the match limit with a message */
+    c = config_with_target("re:(a|aa)+$", err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    memset(name, 'a', 60);
+    name[60] = '!';
+    name[61] = '\0';
+    t0 = now_s();
+    ck_assert_int_eq(ct_config_lookup(c, name, &s, &g, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "(a|aa)+$") && strstr(err, "limit"), "%s", err);
+    ck_assert_ptr_null(ct_config_match(c, name, &g));
+    ck_assert_msg(now_s() - t0 < 5.0, "the limit took %.1f s", now_s() - t0);
+    ct_config_free(c);
+}
+END_TEST
+
+/* The fuzz seeds of fuzz/fuzz_config.c (tests/data/config): the valid
+ * ones parse, the hostile patterns are refused, the backtracking one stops
+ * at the match limit. */
+START_TEST(test_config_corpus)
+{
+    static const struct { const char *file; int ok; } cases[] = {
+        { "valid-linear.json", 1 },
+        { "valid-python-regex.json", 1 },
+        { "compressed-tensors-0.20.1.json", 1 },
+        { "backtracking.json", 1 },
+        { "nested-counted-repeat.json", 0 },
+        { "stray-parenthesis.json", 0 },
+    };
+    const char *data = getenv("SMM_TEST_DATA");
+    char dir[1024], err[1024], name[64];
+    const ct_scheme *s;
+    const char *g;
+    size_t i;
+    ck_assert_msg(data != NULL, "SMM_TEST_DATA is not set");
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1200], *text;
+        FILE *f;
+        long n;
+        ct_config *c;
+        snprintf(dir, sizeof dir, "%s/config", data);
+        snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+        f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "%s", path);
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = malloc((size_t)n + 1);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_int_eq((long)fread(text, 1, (size_t)n, f), n);
+        fclose(f);
+        err[0] = '\0';
+        c = ct_config_parse(text, (size_t)n, cases[i].file, err, sizeof err);
+        free(text);
+        ck_assert_msg((c != NULL) == cases[i].ok, "%s: %s", cases[i].file, err);
+        if (!c) {
+            ck_assert_msg(strstr(err, "not a valid regular expression"), "%s", err);
+            continue;
+        }
+        ck_assert_int_eq(ct_config_lookup(c, "model.layers.3.mlp.down_proj", &s, &g, err,
+                                          sizeof err), 0);
+        ck_assert_ptr_nonnull(s);
+        memset(name, 'a', 50);
+        name[50] = '!';
+        name[51] = '\0';
+        ck_assert_int_eq(ct_config_lookup(c, name, &s, &g, err, sizeof err),
+                         strcmp(cases[i].file, "backtracking.json") == 0 ? -1 : 0);
+        ct_config_free(c);
+    }
+}
+END_TEST
+
+/* FIFOs never hang a reader; a directory where a file belongs, a file
+ * where a directory belongs and a trailing slash give clear messages. */
+START_TEST(test_hostile_paths)
+{
+    char dir[512], out[512], p[1200], slash[600], err[1024];
+    static int8_t w[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    static float ws[2] = { 0.5f, 0.25f }, fw[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    st_tensor ts[2];
+    npy_array a;
+    json_t *cfg;
+
+    make_tmpdir(dir, sizeof dir);
+    make_tmpdir(out, sizeof out);
+    cfg = base_config();
+    ts[0] = tensor("l.weight", ST_I8, 2, 2, 3, w);
+    ts[1] = tensor("l.weight_scale", ST_F32, 2, 2, 1, ws);
+    write_st(dir, "model.safetensors", ts, 2);
+
+    /* config.json a FIFO, then a directory */
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    unlink(p);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "config.json: not a regular file"), "%s", err);
+    rmdir(p);
+    write_json(dir, "config.json", cfg);
+
+    /* model.safetensors a FIFO */
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_ptr_null(ct_model_open(dir, err, sizeof err));
+    ck_assert_msg(strstr(err, "model.safetensors: not a regular file"), "%s", err);
+    /* an activations file that is a FIFO */
+    ck_assert_int_ne(tensor_file_read(p, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    snprintf(p, sizeof p, "%s/x.npy", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_int_ne(tensor_file_read(p, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "x.npy: not a regular file"), "%s", err);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    write_st(dir, "model.safetensors", ts, 2);
+
+    /* a file where a directory belongs */
+    ck_assert_ptr_null(ct_model_open(p, err, sizeof err));
+    ck_assert_msg(strstr(err, "model.safetensors: not a directory"), "%s", err);
+    ck_assert_int_ne(ct_quantize_checkpoint(p, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "model.safetensors: not a directory"), "%s", err);
+
+    /* a trailing slash: no double slash in messages */
+    snprintf(slash, sizeof slash, "%s/", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    ck_assert_ptr_null(ct_model_open(slash, err, sizeof err));
+    ck_assert_msg(strstr(err, p) && !strstr(err, "//"), "%s", err);
+    write_json(dir, "config.json", cfg);
+    {
+        ct_model *m = ct_model_open(slash, err, sizeof err);
+        ck_assert_msg(m != NULL, "%s", err);
+        ct_model_close(m);
+    }
+    /* quantize a float model given with a trailing slash */
+    write_text(dir, "config.json", "{}");
+    ts[0] = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    write_st(dir, "model.safetensors", ts, 1);
+    ck_assert_msg(ct_quantize_checkpoint(slash, out, NULL, NULL, err, sizeof err) == 0,
+                  "%s", err);
+
+    json_decref(cfg);
+    rm_tree(dir);
+    rm_tree(out);
+}
+END_TEST
+
+/* An empty [4, 0] Linear weight: quantize copies it as a float tensor (no
+ * int8 layer the reader would refuse); an int8 layer that cannot run fails
+ * alone, with its name, and the others run. */
+START_TEST(test_empty_weight)
+{
+    char dir[512], out[512], err[1024];
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 }, empty[1];
+    static int8_t w[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+    static float ws[2] = { 0.5f, 0.25f }, ws4[4] = { 1, 1, 1, 1 };
+    st_tensor ts[4];
+    st_checkpoint *ck;
+    const st_tensor *t;
+    ct_model *m;
+    const char *why;
+
+    make_tmpdir(dir, sizeof dir);
+    make_tmpdir(out, sizeof out);
+    write_text(dir, "config.json", "{}");
+    ts[0] = tensor("a.dense.weight", ST_F32, 2, 2, 3, fw);
+    ts[1] = tensor("b.dense.weight", ST_F32, 2, 4, 0, empty);
+    ts[2] = tensor("c.dense.weight", ST_F32, 2, 0, 4, empty);
+    write_st(dir, "model.safetensors", ts, 3);
+    ck_assert_msg(ct_quantize_checkpoint(dir, out, NULL, NULL, err, sizeof err) == 0, "%s",
+                  err);
+    ck = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(ck != NULL, "%s", err);
+    t = st_checkpoint_find(ck, "b.dense.weight");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, ST_F32);
+    ck_assert_ptr_null(st_checkpoint_find(ck, "b.dense.weight_scale"));
+    ck_assert_int_eq(st_checkpoint_find(ck, "c.dense.weight")->dtype, ST_F32);
+    st_checkpoint_close(ck);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "the reader refuses what the writer wrote: %s", err);
+    ck_assert_uint_eq(m->nlayers, 1);
+    ck_assert_uint_eq(m->nunusable, 0);
+    ct_model_close(m);
+
+    /* a checkpoint written elsewhere with an I8 [4, 0] weight */
+    ts[0] = tensor("a.weight", ST_I8, 2, 2, 3, w);
+    ts[1] = tensor("a.weight_scale", ST_F32, 2, 2, 1, ws);
+    ts[2] = tensor("b.weight", ST_I8, 2, 4, 0, empty);
+    ts[3] = tensor("b.weight_scale", ST_F32, 2, 4, 1, ws4);
+    write_st(out, "model.safetensors", ts, 4);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "one unusable layer refused the checkpoint: %s", err);
+    ck_assert_uint_eq(m->nlayers, 1);
+    ck_assert_ptr_nonnull(ct_model_find(m, "a"));
+    ck_assert_ptr_null(ct_model_find(m, "b"));
+    why = ct_model_unusable(m, "b");
+    ck_assert_msg(why && strstr(why, "b.weight") && strstr(why, "[4, 0]"), "%s",
+                  why ? why : "(null)");
+    ck_assert_ptr_null(ct_model_unusable(m, "a"));
+    ct_model_close(m);
+    /* only unusable layers: the checkpoint fails, naming the layer */
+    write_st(out, "model.safetensors", ts + 2, 2);
+    ck_assert_ptr_null(ct_model_open(out, err, sizeof err));
+    ck_assert_msg(strstr(err, "b.weight") != NULL, "%s", err);
+
+    rm_tree(dir);
+    rm_tree(out);
+}
+END_TEST
+
+/* Byte-for-byte equality of two files. */
+static void same_file(const char *a, const char *b)
+{
+    char ta[4096], tb[4096];
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    size_t na, nb;
+    ck_assert_msg(fa && fb, "%s or %s missing", a, b);
+    na = fread(ta, 1, sizeof ta, fa);
+    nb = fread(tb, 1, sizeof tb, fb);
+    fclose(fa);
+    fclose(fb);
+    ck_assert_msg(na == nb && memcmp(ta, tb, na) == 0, "%s differs from %s", b, a);
+}
+
+/* quantize carries every file and folder of the model: sentence-transformers'
+ * 1_Pooling/ and 2_Normalize/, README, .gitattributes; not .git/, not a
+ * FIFO, not the output when it lies inside the input; a second run merges
+ * into the folders the first one made. */
+START_TEST(test_quantize_copies_tree)
+{
+    char in[512], out[1200], p[1400], q[1400], err[1024], names[2048];
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 };
+    st_tensor t;
+    struct stat sb;
+    int run;
+    ct_quantize_stats stats;
+
+    make_tmpdir(in, sizeof in);
+    t = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    write_st(in, "model.safetensors", &t, 1);
+    write_text(in, "config.json", "{\"torch_dtype\": \"float32\"}");
+    write_text(in, "README.md", "# model\n");
+    write_text(in, ".gitattributes", "*.safetensors filter=lfs\n");
+    write_text(in, "modules.json", "[]");
+    snprintf(p, sizeof p, "%s/1_Pooling", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "config.json", "{\"pooling_mode_mean_tokens\": true}");
+    snprintf(p, sizeof p, "%s/2_Normalize", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/sub", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/sub/deeper", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "x.txt", "deep");
+    snprintf(p, sizeof p, "%s/.git", in);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_text(p, "HEAD", "ref");
+    snprintf(p, sizeof p, "%s/pipe", in);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    snprintf(out, sizeof out, "%s/w8a8", in);   /* the output inside the input */
+
+    for (run = 0; run < 2; run++) {
+        ck_assert_msg(ct_quantize_checkpoint_ex(in, out, CT_MATCH_CONTRACT, NULL, NULL, &stats,
+                                                err, sizeof err) == 0, "run %d: %s", run, err);
+        dir_names(out, names, sizeof names);
+        ck_assert_str_eq(names, ".gitattributes,1_Pooling,2_Normalize,README.md,config.json,"
+                                "model.safetensors,modules.json,sub");
+        ck_assert_uint_eq(stats.quantized, 1);
+        ck_assert_uint_eq(stats.files_copied, 5);
+        snprintf(p, sizeof p, "%s/1_Pooling/config.json", in);
+        snprintf(q, sizeof q, "%s/1_Pooling/config.json", out);
+        same_file(p, q);
+        snprintf(p, sizeof p, "%s/sub/deeper/x.txt", in);
+        snprintf(q, sizeof q, "%s/sub/deeper/x.txt", out);
+        same_file(p, q);
+        snprintf(q, sizeof q, "%s/2_Normalize", out);
+        ck_assert(stat(q, &sb) == 0 && S_ISDIR(sb.st_mode));
+    }
+    /* a file where a copied folder goes: nothing moves */
+    snprintf(q, sizeof q, "%s/sub", out);
+    rm_tree(q);
+    write_text(out, "sub", "a file");
+    ck_assert_int_ne(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "sub: exists and is not a directory"), "%s", err);
+    rm_tree(in);
+}
+END_TEST
+
+/* The keys of an object, recursively, into buf ("a,b.c,b.d"), sorted per
+ * level as jansson iterates them (insertion order) is not: we collect and
+ * sort. */
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void key_paths(const json_t *v, const char *prefix, char **out, size_t *n, size_t cap)
+{
+    const char *key;
+    json_t *val;
+    if (!json_is_object(v))
+        return;
+    json_object_foreach((json_t *)v, key, val) {
+        char path[512];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+        ck_assert(*n < cap);
+        out[(*n)++] = strdup(path);
+        key_paths(val, path, out, n, cap);
+    }
+}
+
+/* The quantization_config quantize writes has exactly the keys
+ * compressed-tensors writes (tests/data/ct-quantization-config.json, made by
+ * scripts/ct-config-fixture.py from the real package). */
+START_TEST(test_config_keys)
+{
+    char in[512], out[512], path[1200], err[1024];
+    const char *data = getenv("SMM_TEST_DATA");
+    json_t *fixture, *ours;
+    json_error_t je;
+    char *fk[128], *ok[128];
+    size_t nf = 0, no = 0, i;
+    static float fw[2 * 3] = { 1, -2, 3, 4, 5, -6 }, head[2 * 3];
+    st_tensor t[2];
+
+    ck_assert_msg(data != NULL, "SMM_TEST_DATA is not set");
+    snprintf(path, sizeof path, "%s/ct-quantization-config.json", data);
+    fixture = json_load_file(path, 0, &je);
+    ck_assert_msg(fixture != NULL, "%s: %s", path, je.text);
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    t[0] = tensor("l.dense.weight", ST_F32, 2, 2, 3, fw);
+    t[1] = tensor("lm_head.weight", ST_F32, 2, 2, 3, head);
+    write_st(in, "model.safetensors", t, 2);
+    ck_assert_msg(ct_quantize_checkpoint(in, out, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    ours = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(ours);
+    key_paths(json_object_get(fixture, "quantization_config"), "", fk, &nf, 128);
+    key_paths(json_object_get(ours, "quantization_config"), "", ok, &no, 128);
+    qsort(fk, nf, sizeof *fk, cmp_str);
+    qsort(ok, no, sizeof *ok, cmp_str);
+    for (i = 0; i < nf || i < no; i++)
+        ck_assert_msg(i < nf && i < no && strcmp(fk[i], ok[i]) == 0,
+                      "key %zu: compressed-tensors %s, scaledmm %s", i, i < nf ? fk[i] : "-",
+                      i < no ? ok[i] : "-");
+    /* the values of the fields llm-compressor's readers compare */
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(ours,
+                     "quantization_config"), "version")),
+                     json_string_value(json_object_get(json_object_get(fixture,
+                     "quantization_config"), "version")));
+    ck_assert(json_equal(json_object_get(json_object_get(ours, "quantization_config"),
+                                         "ignore"),
+                         json_object_get(json_object_get(fixture, "quantization_config"),
+                                         "ignore")));
+    for (i = 0; i < nf; i++)
+        free(fk[i]);
+    for (i = 0; i < no; i++)
+        free(ok[i]);
+    json_decref(fixture);
+    json_decref(ours);
+    rm_tree(in);
+    rm_tree(out);
+}
+END_TEST
+
+/* Rounds v to bfloat16 (ties to even) by hand, for the golden rows. */
+static float golden_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static float golden_round(st_dtype dt, float v)
+{
+    return dt == ST_BF16 ? golden_bf16(v) : smm_f16_to_f32(smm_f32_to_f16(v));
+}
+
+/* llm-compressor's row formula, independently: torch's ops in dt. */
+static float golden_row_dtype(const float *w, int64_t k, st_dtype dt, int8_t *q)
+{
+    float amax = 0.0f, scale;
+    int64_t i;
+    for (i = 0; i < k; i++)
+        if (fabsf(w[i]) > amax)
+            amax = fabsf(w[i]);
+    scale = golden_round(dt, amax / 127.5f);
+    if (scale == 0.0f)
+        scale = dt == ST_BF16 ? 0.0078125f : 0.0009765625f;
+    for (i = 0; i < k; i++) {
+        float v = golden_round(dt, w[i] / scale);
+        v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
+        q[i] = (int8_t)lrintf(v);
+    }
+    return scale;
+}
+
+/* --match llm-compressor: bf16 and f16 weights quantized in their dtype,
+ * scales stored in it; float32 weights as by default. */
+START_TEST(test_match_llm_compressor)
+{
+    char in[512], out[512], err[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("match_llm_compressor");
+    st_checkpoint *ck, *src;
+    static const char *const names[] = { "model.layers.0.mlp.down_proj",
+                                         "model.layers.1.mlp.up_proj",
+                                         "model.layers.0.self_attn.q_proj" };
+    size_t li;
+    int differ = 0;
+
+    ck_assert_ptr_nonnull(c);
+    make_tmpdir(in, sizeof in);
+    make_tmpdir(out, sizeof out);
+    make_float_ckpt(in, c, &r);
+    c->down[0] = c->down[1] = 0;   /* keep the zero-row cases below meaningful */
+    ck_assert_msg(ct_quantize_checkpoint_ex(in, out, CT_MATCH_LLM_COMPRESSOR, NULL, NULL, NULL,
+                                            err, sizeof err) == 0, "%s", err);
+    src = st_checkpoint_open(in, err, sizeof err);
+    ck = st_checkpoint_open(out, err, sizeof err);
+    ck_assert_msg(src && ck, "%s", err);
+    for (li = 0; li < 3; li++) {
+        char wn[256], sn[256];
+        const st_tensor *w, *q, *s;
+        int64_t n, k, row, col;
+        snprintf(wn, sizeof wn, "%s.weight", names[li]);
+        snprintf(sn, sizeof sn, "%s.weight_scale", names[li]);
+        w = st_checkpoint_find(src, wn);
+        q = st_checkpoint_find(ck, wn);
+        s = st_checkpoint_find(ck, sn);
+        ck_assert(w && q && s);
+        ck_assert_int_eq(q->dtype, ST_I8);
+        ck_assert_msg(s->dtype == w->dtype, "%s: scale %s, weight %s", sn,
+                      st_dtype_name(s->dtype), st_dtype_name(w->dtype));
+        n = w->shape[0];
+        k = w->shape[1];
+        for (row = 0; row < n; row++) {
+            float wr[256], gs, def;
+            int8_t gq[256], dq[256];
+            ck_assert(k <= 256);
+            for (col = 0; col < k; col++)
+                wr[col] = elem(w, (size_t)(row * k + col));
+            gs = w->dtype == ST_F32 ? golden_row(wr, k, gq) : golden_row_dtype(wr, k, w->dtype, gq);
+            ck_assert_msg(tu_f2u(elem(s, (size_t)row)) == tu_f2u(gs), "%s row %lld: scale %a, "
+                          "expected %a", sn, (long long)row, (double)elem(s, (size_t)row),
+                          (double)gs);
+            ck_assert_msg(memcmp((const int8_t *)q->data + row * k, gq, (size_t)k) == 0,
+                          "%s row %lld differs from llm-compressor's formula", wn,
+                          (long long)row);
+            def = golden_row(wr, k, dq);
+            (void)def;
+            differ += memcmp(dq, gq, (size_t)k) != 0;
+        }
+    }
+    /* the two modes do differ on these 16-bit rows (else the test proves little) */
+    ck_assert_msg(differ > 0, "no row differs between the float32 and llm-compressor modes");
+    st_checkpoint_close(src);
+    st_checkpoint_close(ck);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
+
+/* The bias rounded to the model's dtype (vLLM's): ct_layer_forward_bias
+ * equals ct_layer_forward on a layer whose bias was rounded beforehand. */
+START_TEST(test_bias_rounding)
+{
+    char in[512], out[512], err[1024];
+    float_ckpt *c = calloc(1, sizeof *c);
+    cf_rng r = tu_rng("bias_rounding");
+    ct_model *m;
+    ct_layer L2;
+    const ct_layer *L;
+    smm_context *ctx = tu_ctx(SMM_BACKEND_REFERENCE, 1);
+    static const smm_dtype dts[3] = { SMM_DTYPE_F16, SMM_DTYPE_BF16, SMM_DTYPE_F32 };
+    int d, i, changed = 0;
+    const int64_t M = 3;
+
+    ck_assert_ptr_nonnull(c);
+    quantize_dirs(in, out, sizeof in, c, &r);
+    m = ct_model_open(out, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    L = ct_model_find(m, "model.layers.0.self_attn.q_proj");
+    ck_assert(L && L->bias);
+    for (d = 0; d < 3; d++) {
+        size_t es = dts[d] == SMM_DTYPE_F32 ? 4 : 2;
+        unsigned char x[M * KQ * 4], y1[M * NQ * 4], y2[M * NQ * 4];
+        float rb[NQ];
+        for (i = 0; i < M * KQ; i++) {
+            float v = frand(&r);
+            uint16_t h = dts[d] == SMM_DTYPE_F16 ? smm_f32_to_f16(v) : smm_f32_to_bf16(v);
+            if (es == 4)
+                memcpy(x + 4 * i, &v, 4);
+            else
+                memcpy(x + 2 * i, &h, 2);
+        }
+        for (i = 0; i < NQ; i++) {
+            rb[i] = dts[d] == SMM_DTYPE_F16 ? smm_f16_to_f32(smm_f32_to_f16(L->bias[i]))
+                  : dts[d] == SMM_DTYPE_BF16 ? golden_bf16(L->bias[i]) : L->bias[i];
+            changed += tu_f2u(rb[i]) != tu_f2u(L->bias[i]);
+        }
+        L2 = *L;
+        L2.bias = rb;
+        ck_assert_msg(ct_layer_forward_bias(ctx, L, M, x, dts[d], y1, dts[d], dts[d], err,
+                                            sizeof err) == 0, "%s", err);
+        ck_assert_msg(ct_layer_forward(ctx, &L2, M, x, dts[d], y2, dts[d], err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_msg(memcmp(y1, y2, (size_t)(M * NQ) * es) == 0, "dtype %d: outputs differ",
+                      d);
+        /* F32 keeps the stored bias */
+        ck_assert_msg(ct_layer_forward_bias(ctx, L, M, x, dts[d], y1, dts[d], SMM_DTYPE_F32,
+                                            err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(ct_layer_forward(ctx, L, M, x, dts[d], y2, dts[d], err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert(memcmp(y1, y2, (size_t)(M * NQ) * es) == 0);
+    }
+    ck_assert_msg(changed > 0, "no bias value changed by rounding");
+    {
+        smm_dtype md;
+        ck_assert_int_eq(ct_config_model_dtype(m->config, &md), 0);
+        ck_assert_int_eq(md, SMM_DTYPE_F32);
+    }
+    smm_context_destroy(ctx);
+    ct_model_close(m);
+    rm_tree(in);
+    rm_tree(out);
+    free(c);
+}
+END_TEST
+
 Suite *checkpoint_suite(void);
 Suite *checkpoint_suite(void)
 {
@@ -978,6 +1595,14 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tu_tcase(s, "quantize_fails_cleanly", 30), test_quantize_fails_cleanly);
     tcase_add_test(tu_tcase(s, "quantize_output_names", 30), test_quantize_output_names);
     tcase_add_test(tu_tcase(s, "linear_rule", 10), test_linear_rule);
+    tcase_add_test(tu_tcase(s, "regex_python", 30), test_regex_python);
+    tcase_add_test(tu_tcase(s, "config_corpus", 30), test_config_corpus);
+    tcase_add_test(tu_tcase(s, "hostile_paths", 30), test_hostile_paths);
+    tcase_add_test(tu_tcase(s, "empty_weight", 30), test_empty_weight);
+    tcase_add_test(tu_tcase(s, "quantize_copies_tree", 30), test_quantize_copies_tree);
+    tcase_add_test(tu_tcase(s, "config_keys", 30), test_config_keys);
+    tcase_add_test(tu_tcase(s, "match_llm_compressor", 30), test_match_llm_compressor);
+    tcase_add_test(tu_tcase(s, "bias_rounding", 30), test_bias_rounding);
     return s;
 }
 

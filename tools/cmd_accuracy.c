@@ -27,7 +27,8 @@ void cmd_accuracy_help(FILE *f)
 {
     fputs("Usage: scaledmm accuracy CHECKPOINT --reference FLOAT_DIR\n"
           "                         [--input X] [--layer NAME]... [--m M] [--seed S]\n"
-          "                         [--threads N] [--format table|csv|json]\n"
+          "                         [--bias model|f32] [--threads N]\n"
+          "                         [--format table|csv|json]\n"
           "\n"
           "Measures how far each linear layer of a compressed-tensors int8 w8a8\n"
           "checkpoint (CHECKPOINT, e.g. written by 'scaledmm quantize') is from the\n"
@@ -42,6 +43,10 @@ void cmd_accuracy_help(FILE *f)
           "the cosine of an all-zero output). The w8a8 layer runs on every backend\n"
           "that can run here (reference, cpu, GPUs); 'agree' says whether all their\n"
           "outputs were equal bit for bit (memcmp). A disagreement exits with 1.\n"
+          "The w8a8 bias is first rounded to the model's dtype (config.json's\n"
+          "torch_dtype, or dtype: float16 or bfloat16), as vLLM holds it; --bias f32\n"
+          "keeps it as stored. A quantized layer that cannot run is reported on\n"
+          "stderr with the reason, the others are measured, and the exit status is 1.\n"
           "\n"
           "Activations: from --input (M x K float32/float16 .npy, or single-tensor\n"
           ".safetensors, also bfloat16; widened to float32; only the layers whose\n"
@@ -57,6 +62,8 @@ void cmd_accuracy_help(FILE *f)
           "      --m M            synthetic rows per layer (default 64)\n"
           "      --seed S         synthetic-data seed, decimal or 0x hex (default\n"
           "                       20240723)\n"
+          "      --bias MODE      model (default): the w8a8 bias rounded to the\n"
+          "                       model's dtype; f32: as stored, in float32\n"
           "  -t, --threads N      threads of the backends and OpenBLAS\n"
           "  -f, --format FMT     table (default), csv or json, on stdout\n"
           "  -h, --help           show this help\n"
@@ -91,6 +98,8 @@ typedef struct acc_opts {
     long threads;
     uint64_t seed;
     out_format fmt;
+    int bias_f32;
+    smm_dtype bias_dtype;   /* what the w8a8 bias is rounded to */
 } acc_opts;
 
 static int parse_options(int argc, char **argv, acc_opts *o)
@@ -102,6 +111,7 @@ static int parse_options(int argc, char **argv, acc_opts *o)
         { "m",         required_argument, NULL, 'm' },
         { "seed",      required_argument, NULL, 's' },
         { "threads",   required_argument, NULL, 't' },
+        { "bias",      required_argument, NULL, 'B' },
         { "format",    required_argument, NULL, 'f' },
         { "help",      no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -136,6 +146,17 @@ static int parse_options(int argc, char **argv, acc_opts *o)
         case 't':
             if (cli_parse_long("accuracy", "--threads", optarg, 1, 1024, &o->threads) != 0)
                 return -1;
+            break;
+        case 'B':
+            if (strcmp(optarg, "model") == 0) {
+                o->bias_f32 = 0;
+            } else if (strcmp(optarg, "f32") == 0) {
+                o->bias_f32 = 1;
+            } else {
+                cli_usage_error("accuracy", "--bias: '%s' is not a mode (model or f32)",
+                                optarg);
+                return -1;
+            }
             break;
         case 'f':
             if (out_parse_format(optarg, &o->fmt) != 0) {
@@ -280,8 +301,8 @@ static int measure(const acc_opts *o, const ct_layer *L, const st_checkpoint *re
     for (c = 0; c < nctx; c++) {
         float *out = c == 0 ? y : y2;
         memset(out, 0xA5, (size_t)mn * sizeof *out);      /* poison */
-        if (ct_layer_forward(ctxs[c], L, m, x, SMM_DTYPE_F32, out, SMM_DTYPE_F32, err,
-                             sizeof err) != 0) {
+        if (ct_layer_forward_bias(ctxs[c], L, m, x, SMM_DTYPE_F32, out, SMM_DTYPE_F32,
+                                  o->bias_dtype, err, sizeof err) != 0) {
             cli_error("accuracy", "%s backend: %s", smm_backend_name(smm_context_backend(
                       ctxs[c])), err);
             goto done;
@@ -333,7 +354,7 @@ int cmd_accuracy(int argc, char **argv)
     ct_model *model = NULL;
     st_checkpoint *ref = NULL;
     smm_context *ctxs[4] = { NULL };
-    int nctx = 0, b, pr, rc = EXIT_PASS, measured = 0, skipped = 0;
+    int nctx = 0, b, pr, rc = EXIT_PASS, measured = 0, skipped = 0, unusable = 0;
     npy_array xa;
     float *xin = NULL;
     int64_t xm = 0, xk = 0, i;
@@ -355,11 +376,25 @@ int cmd_accuracy(int argc, char **argv)
         rc = cli_error("accuracy", "%s", err);
         goto done;
     }
+    o.bias_dtype = SMM_DTYPE_F32;
+    if (!o.bias_f32 && ct_config_model_dtype(model->config, &o.bias_dtype) != 0)
+        o.bias_dtype = SMM_DTYPE_F32;
     for (i = 0; i < o.nlayers; i++)
         if (!ct_model_find(model, o.layers[i])) {
-            rc = cli_error("accuracy", "%s: no quantized layer named '%s'", o.dir,
-                           o.layers[i]);
+            const char *why = ct_model_unusable(model, o.layers[i]);
+            if (why)
+                rc = cli_error("accuracy", "%s: layer %s cannot run: %s", o.dir, o.layers[i],
+                               why);
+            else
+                rc = cli_error("accuracy", "%s: no quantized layer named '%s'", o.dir,
+                               o.layers[i]);
             goto done;
+        }
+    for (li = 0; li < model->nunusable; li++)
+        if (wanted(&o, model->unusable[li].name)) {
+            cli_error("accuracy", "%s: layer %s skipped, it cannot run: %s", o.dir,
+                      model->unusable[li].name, model->unusable[li].why);
+            unusable++;
         }
     if (o.input) {
         if (tensor_file_read(o.input, &xa, err, sizeof err) != 0) {
@@ -441,8 +476,11 @@ int cmd_accuracy(int argc, char **argv)
                  o.m);
     }
     out_meta_str(t, "activations", buf);
-    out_meta_str(t, "w8a8", "ct_layer_forward: smm_quantize_i8 in the layer's scheme + "
-                 "smm_scaled_mm (+ bias), float32 output");
+    snprintf(buf, sizeof buf, "ct_layer_forward: smm_quantize_i8 in the layer's scheme + "
+             "smm_scaled_mm (+ bias%s), float32 output",
+             o.bias_dtype == SMM_DTYPE_F16 ? " rounded to F16"
+             : o.bias_dtype == SMM_DTYPE_BF16 ? " rounded to BF16" : " in float32");
+    out_meta_str(t, "w8a8", buf);
     snprintf(buf, sizeof buf, "OpenBLAS cblas_sgemm on the float checkpoint's weights "
              "(+ bias), float32 (%s)", openblas_get_config());
     out_meta_str(t, "reference_output", buf);
@@ -451,6 +489,9 @@ int cmd_accuracy(int argc, char **argv)
     out_meta_real(t, "wall_s", timer_now() - start);
     if (out_write(t, o.fmt, stdout, stderr) != 0)
         rc = cli_error("accuracy", "cannot write the results");
+    if (unusable > 0)
+        rc = cli_error("accuracy", "%d quantized layer%s could not run (see above)", unusable,
+                       unusable > 1 ? "s" : "");
 done:
     out_table_free(t);
     for (b = 0; b < nctx; b++)

@@ -448,6 +448,9 @@ static int ckpt_open(ckpt_bench *cb, const char *dir)
         cli_error("bench", "%s", err);
         return -1;
     }
+    for (i = 0; i < cb->model->nunusable; i++)
+        cli_error("bench", "%s: layer %s skipped, it cannot run: %s", dir,
+                  cb->model->unusable[i].name, cb->model->unusable[i].why);
     cb->layers = calloc(cb->model->nlayers, sizeof *cb->layers);
     if (!cb->layers) {
         cli_error("bench", "out of memory");

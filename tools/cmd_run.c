@@ -15,7 +15,8 @@
 void cmd_run_help(FILE *f)
 {
     fputs("Usage: scaledmm run CHECKPOINT --layer NAME --input X --output Y\n"
-          "                    [--backend NAME] [--threads N]\n"
+          "                    [--bias model|f32] [--backend NAME] [--threads N]\n"
+          "       scaledmm run CHECKPOINT --list\n"
           "\n"
           "Runs one linear layer of a compressed-tensors int8 w8a8 checkpoint as\n"
           "vLLM's compressed-tensors scheme runs it:\n"
@@ -23,18 +24,27 @@ void cmd_run_help(FILE *f)
           "     per-token symmetric or asymmetric, or static per-tensor with the\n"
           "     checkpoint's input_scale and input_zero_point);\n"
           "  2. smm_scaled_mm with the weight scales (per channel or per tensor),\n"
-          "     the zero points and the bias when there are any.\n"
+          "     the zero points and the bias when there are any; the bias is first\n"
+          "     rounded to X's dtype, as vLLM holds it in the model's dtype\n"
+          "     (--bias f32 keeps it as stored, widened to float32).\n"
           "X is M x K (or a vector of K) of float32 or float16 in a .npy file, or of\n"
           "float32, float16 or bfloat16 in a single-tensor .safetensors file; K is\n"
           "the layer's input width. Y is M x N of X's dtype (vLLM's output dtype is\n"
           "the activations' dtype), written as .npy or, by its extension,\n"
           ".safetensors (needed for bfloat16). NAME is the module name, e.g.\n"
-          "model.layers.0.mlp.down_proj (the tensor name without \".weight\").\n"
+          "model.layers.0.mlp.down_proj (the tensor name without \".weight\");\n"
+          "--list prints every quantized layer of CHECKPOINT, one a line: NAME, N,\n"
+          "K and the scheme, tab-separated (a layer that cannot run: NAME and\n"
+          "\"unusable:\" with the reason). A one-line summary goes to stderr on\n"
+          "success.\n"
           "\n"
           "Options:\n"
           "  -l, --layer NAME    the layer to run (required)\n"
           "  -i, --input X       activations (required)\n"
           "  -o, --output Y      result (required; written only on success)\n"
+          "      --bias MODE     model (default): the bias rounded to X's dtype, as\n"
+          "                      vLLM holds it; f32: the bias as stored, in float32\n"
+          "      --list          list the checkpoint's quantized layers and exit\n"
           "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
           "                      rocm, cuda; every backend gives the same bits\n"
           "  -t, --threads N     threads of the backend (default: OpenMP's)\n"
@@ -54,6 +64,36 @@ static int to_smm_dtype(st_dtype d, smm_dtype *out)
     }
 }
 
+static const char *scheme_words(const ct_scheme *s)
+{
+    if (s->act_dynamic)
+        return s->weight_per_channel
+            ? (s->act_symmetric ? "w:channel a:token-sym" : "w:channel a:token-asym")
+            : (s->act_symmetric ? "w:tensor a:token-sym" : "w:tensor a:token-asym");
+    return s->weight_per_channel
+        ? (s->act_symmetric ? "w:channel a:static-sym" : "w:channel a:static-asym")
+        : (s->act_symmetric ? "w:tensor a:static-sym" : "w:tensor a:static-asym");
+}
+
+/* run CHECKPOINT --list: one line per quantized layer, in tensor order. */
+static int list_layers(const char *dir)
+{
+    char err[1024] = "";
+    ct_model *model = ct_model_open(dir, err, sizeof err);
+    size_t i, j;
+    if (!model)
+        return cli_error("run", "%s", err);
+    for (i = 0; i < model->nlayers; i++) {
+        const ct_layer *L = &model->layers[i];
+        printf("%s\t%lld\t%lld\t%s\n", L->name, (long long)L->n, (long long)L->k,
+               scheme_words(&L->scheme));
+    }
+    for (j = 0; j < model->nunusable; j++)
+        printf("%s\tunusable: %s\n", model->unusable[j].name, model->unusable[j].why);
+    ct_model_close(model);
+    return EXIT_PASS;
+}
+
 int cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -62,12 +102,16 @@ int cmd_run(int argc, char **argv)
         { "output",  required_argument, NULL, 'o' },
         { "backend", required_argument, NULL, 'b' },
         { "threads", required_argument, NULL, 't' },
+        { "bias",    required_argument, NULL, 'B' },
+        { "list",    no_argument,       NULL, 'L' },
         { "help",    no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *layer_name = NULL, *in_path = NULL, *out_path = NULL, *dir;
     smm_backend backend = SMM_BACKEND_AUTO;
     long threads = 0;
+    int bias_f32 = 0, list = 0;
+    const char *why;
     ct_model *model = NULL;
     const ct_layer *L;
     smm_context *ctx = NULL;
@@ -94,6 +138,18 @@ int cmd_run(int argc, char **argv)
             if (cli_parse_long("run", "--threads", optarg, 1, 1024, &threads) != 0)
                 return EXIT_USAGE;
             break;
+        case 'B':
+            if (strcmp(optarg, "model") == 0)
+                bias_f32 = 0;
+            else if (strcmp(optarg, "f32") == 0)
+                bias_f32 = 1;
+            else
+                return cli_usage_error("run", "--bias: '%s' is not a mode (model or f32)",
+                                       optarg);
+            break;
+        case 'L':
+            list = 1;
+            break;
         case 'h':
             cmd_run_help(stdout);
             return EXIT_PASS;
@@ -103,6 +159,13 @@ int cmd_run(int argc, char **argv)
     }
     if (argc - optind != 1)
         return cli_usage_error("run", "expected one CHECKPOINT directory");
+    if (list) {
+        if (layer_name || in_path || out_path)
+            return cli_usage_error("run", "--list takes no --layer, --input or --output");
+        if (cli_check_path("run", "CHECKPOINT", argv[optind]) != 0)
+            return EXIT_USAGE;
+        return list_layers(argv[optind]);
+    }
     if (!layer_name || !in_path || !out_path)
         return cli_usage_error("run", "--layer, --input and --output are required");
     dir = argv[optind];
@@ -115,6 +178,10 @@ int cmd_run(int argc, char **argv)
     if (!model)
         return cli_error("run", "%s", err);
     L = ct_model_find(model, layer_name);
+    if (!L && (why = ct_model_unusable(model, layer_name)) != NULL) {
+        cli_error("run", "%s: layer %s cannot run: %s", dir, layer_name, why);
+        goto done;
+    }
     if (!L) {
         cli_error("run", "%s: no quantized layer named '%s' (the module name, without "
                   "\".weight\"; e.g. '%s')", dir, layer_name, model->layers[0].name);
@@ -157,7 +224,8 @@ int cmd_run(int argc, char **argv)
         goto done;
     if (threads > 0)
         smm_context_set_num_threads(ctx, (int)threads);
-    if (ct_layer_forward(ctx, L, m, x.data, dt, y.data, dt, err, sizeof err) != 0) {
+    if (ct_layer_forward_bias(ctx, L, m, x.data, dt, y.data, dt,
+                              bias_f32 ? SMM_DTYPE_F32 : dt, err, sizeof err) != 0) {
         cli_error("run", "%s", err);
         goto done;
     }
@@ -165,6 +233,13 @@ int cmd_run(int argc, char **argv)
         cli_error("run", "%s", err);
         goto done;
     }
+    fprintf(stderr, "scaledmm run: layer %s: %lld x %lld %s -> %lld x %lld%s, written to "
+            "%s\n", L->name, (long long)m, (long long)L->k, st_dtype_name(x.dtype),
+            (long long)m, (long long)L->n,
+            L->bias ? (bias_f32 || dt == SMM_DTYPE_F32 ? ", bias float32"
+                       : dt == SMM_DTYPE_F16 ? ", bias rounded to F16"
+                                             : ", bias rounded to BF16") : "",
+            out_path);
     rc = EXIT_PASS;
 done:
     smm_context_destroy(ctx);

@@ -16,7 +16,8 @@
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
-#include <regex.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,14 +54,43 @@ static char *xstrdup(const char *s)
 
 static char *path_join(const char *dir, const char *name)
 {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
+    return st_path_join(dir, name);
+}
+
+/* The largest config.json or index this tool reads. */
+#define CT_MAX_JSON ((size_t)64 << 20)
+
+/* Loads a JSON file (a regular file, st_read_small's checks: a FIFO or a
+ * directory is an error, never a hang). */
+static json_t *load_json_file(const char *path, char *err, size_t errlen)
+{
+    size_t len;
+    json_error_t je;
+    char *text = st_read_small(path, CT_MAX_JSON, &len, err, errlen);
+    json_t *v;
+    if (!text)
         return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
+    v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!v)
+        set_err(err, errlen, "%s: line %d, column %d: %s", path, je.line, je.column, je.text);
+    return v;
+}
+
+/* 0 when `dir` is a directory; -1 with "DIR: not a directory" (or why it
+ * cannot be read) otherwise. */
+static int check_dir(const char *dir, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        set_err(err, errlen, "%s: not a directory", dir);
+        return -1;
+    }
+    return 0;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -141,8 +171,19 @@ static void shape_words(const st_tensor *t, char *buf, size_t len)
 typedef struct ct_matcher {
     char *text;          /* as written (with "re:") */
     int is_regex;
-    regex_t re;
+    pcre2_code *re;
 } ct_matcher;
+
+/* Bounds on user patterns (a config.json may be hostile): the pattern's
+ * length and parenthesis nesting at compile time (PCRE2 also refuses a
+ * compiled pattern over its 64 KiB link-size limit, e.g. nested counted
+ * repeats), and the work and memory of each match. A match that reaches a
+ * limit is an error naming the pattern, never a guess. */
+#define CT_RE_MAX_PATTERN 4096
+#define CT_RE_MAX_NEST 64
+#define CT_RE_MATCH_LIMIT 1000000u     /* backtracking steps per match */
+#define CT_RE_DEPTH_LIMIT 10000u
+#define CT_RE_HEAP_LIMIT 4096u         /* KiB per match */
 
 typedef struct ct_group {
     char *name;
@@ -152,6 +193,8 @@ typedef struct ct_group {
 } ct_group;
 
 struct ct_config {
+    int has_dtype;      /* config.json's torch_dtype / dtype */
+    smm_dtype dtype;
     ct_group *groups;
     size_t ngroups;
     ct_matcher *ignore;
@@ -161,7 +204,7 @@ struct ct_config {
 static void matcher_free(ct_matcher *m)
 {
     if (m->is_regex)
-        regfree(&m->re);
+        pcre2_code_free(m->re);
     free(m->text);
 }
 
@@ -183,8 +226,10 @@ void ct_config_free(ct_config *c)
     free(c);
 }
 
-/* Compiles a target or ignore entry. "re:P" becomes the ERE "^(P)" (Python's
- * re.match anchors at the start only). */
+/* Compiles a target or ignore entry. "re:P" is compiled by PCRE2 with
+ * PCRE2_ANCHORED, which is Python's re.match: every alternative anchored
+ * at the start of the name, nothing added to the pattern (so a stray ")"
+ * is a syntax error, as in Python, not an escape from an added group). */
 static int matcher_init(ct_matcher *m, const char *text, const char *where,
                         char *err, size_t errlen)
 {
@@ -195,23 +240,30 @@ static int matcher_init(ct_matcher *m, const char *text, const char *where,
         return -1;
     }
     if (strncmp(text, "re:", 3) == 0) {
-        size_t n = strlen(text + 3);
-        char *pat = malloc(n + 4);
-        int rc;
-        if (!pat) {
+        pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+        const char *pat = text + 3;
+        size_t n = strlen(pat);
+        int ecode = 0;
+        PCRE2_SIZE eoff = 0;
+        if (!cc) {
             set_err(err, errlen, "out of memory");
             free(m->text);
             m->text = NULL;
             return -1;
         }
-        snprintf(pat, n + 4, "^(%s)", text + 3);
-        rc = regcomp(&m->re, pat, REG_EXTENDED | REG_NOSUB);
-        free(pat);
-        if (rc != 0) {
-            char msg[128];
-            regerror(rc, &m->re, msg, sizeof msg);
-            set_err(err, errlen, "%s: \"%s\" is not a valid POSIX extended regular "
-                    "expression (%s)", where, text, msg);
+        pcre2_set_max_pattern_length(cc, CT_RE_MAX_PATTERN);
+        pcre2_set_parens_nest_limit(cc, CT_RE_MAX_NEST);
+        m->re = pcre2_compile((PCRE2_SPTR)pat, n, PCRE2_ANCHORED | PCRE2_UTF |
+                              PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C,
+                              &ecode, &eoff, cc);
+        pcre2_compile_context_free(cc);
+        if (!m->re) {
+            PCRE2_UCHAR msg[160];
+            if (pcre2_get_error_message(ecode, msg, sizeof msg) < 0)
+                snprintf((char *)msg, sizeof msg, "error %d", ecode);
+            set_err(err, errlen, "%s: \"%s\" is not a valid regular expression (%s, at "
+                    "offset %zu of the pattern)", where, text, (const char *)msg,
+                    (size_t)eoff);
             free(m->text);
             m->text = NULL;
             return -1;
@@ -454,6 +506,23 @@ ct_config *ct_config_parse(const char *json, size_t len, const char *dn,
         set_err(err, errlen, "out of memory");
         goto fail;
     }
+    v = json_object_get(root, "torch_dtype");
+    if (!json_is_string(v))
+        v = json_object_get(root, "dtype");
+    if (json_is_string(v)) {
+        const char *d = json_string_value(v);
+        if (strncmp(d, "torch.", 6) == 0)
+            d += 6;
+        c->has_dtype = 1;
+        if (strcmp(d, "float32") == 0)
+            c->dtype = SMM_DTYPE_F32;
+        else if (strcmp(d, "float16") == 0)
+            c->dtype = SMM_DTYPE_F16;
+        else if (strcmp(d, "bfloat16") == 0)
+            c->dtype = SMM_DTYPE_BF16;
+        else
+            c->has_dtype = 0;
+    }
     groups = json_object_get(qc, "config_groups");
     if (!json_is_object(groups) || json_object_size(groups) == 0) {
         json_words(groups, w, sizeof w);
@@ -506,34 +575,7 @@ fail:
 /* Reads a whole (small) file. */
 static char *read_text(const char *path, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        set_err(err, errlen, "%s: cannot determine the size", path);
-        fclose(f);
-        return NULL;
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf) {
-        set_err(err, errlen, "%s: out of memory", path);
-        fclose(f);
-        return NULL;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        set_err(err, errlen, "%s: read error", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
+    return st_read_small(path, CT_MAX_JSON, len, err, errlen);
 }
 
 ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
@@ -542,6 +584,10 @@ ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
     char *text;
     size_t len;
     ct_config *c;
+    if (check_dir(dir, err, errlen) != 0) {
+        free(path);
+        return NULL;
+    }
     if (!path) {
         set_err(err, errlen, "out of memory");
         return NULL;
@@ -557,29 +603,62 @@ ct_config *ct_config_load(const char *dir, char *err, size_t errlen)
     return c;
 }
 
-static int matcher_hits(const ct_matcher *m, const char *name)
+/* 1 match, 0 no match, -1 a limit was reached (err says which pattern). */
+static int matcher_hits(const ct_matcher *m, const char *name, char *err, size_t errlen)
 {
-    if (m->is_regex)
-        return regexec(&m->re, name, 0, NULL, 0) == 0;
-    return strcmp(m->text, name) == 0;
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    int rc;
+    if (!m->is_regex)
+        return strcmp(m->text, name) == 0;
+    md = pcre2_match_data_create(1, NULL);
+    mc = pcre2_match_context_create(NULL);
+    if (!md || !mc) {
+        pcre2_match_data_free(md);
+        pcre2_match_context_free(mc);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    pcre2_set_match_limit(mc, CT_RE_MATCH_LIMIT);
+    pcre2_set_depth_limit(mc, CT_RE_DEPTH_LIMIT);
+    pcre2_set_heap_limit(mc, CT_RE_HEAP_LIMIT);
+    rc = pcre2_match(m->re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, mc);
+    pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
+    if (rc >= 0)
+        return 1;
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    {
+        PCRE2_UCHAR msg[160];
+        if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", rc);
+        set_err(err, errlen, "pattern \"%s\" on name %s: %s (the pattern needs too much "
+                "backtracking; simplify it)", m->text, name, (const char *)msg);
+    }
+    return -1;
 }
 
-int ct_config_ignored(const ct_config *c, const char *layer)
+static int ignored_checked(const ct_config *c, const char *layer, char *err, size_t errlen)
 {
     size_t i;
-    for (i = 0; i < c->nignore; i++)
-        if (matcher_hits(&c->ignore[i], layer))
-            return 1;
+    for (i = 0; i < c->nignore; i++) {
+        int h = matcher_hits(&c->ignore[i], layer, err, errlen);
+        if (h != 0)
+            return h;
+    }
     return 0;
 }
 
-const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
-                                 const char **group_name)
+int ct_config_lookup(const ct_config *c, const char *layer, const ct_scheme **scheme,
+                     const char **group_name, char *err, size_t errlen)
 {
     size_t i, j;
-    int pass;
-    if (ct_config_ignored(c, layer))
-        return NULL;
+    int pass, h;
+    *scheme = NULL;
+    h = ignored_checked(c, layer, err, errlen);
+    if (h != 0)
+        return h < 0 ? -1 : 0;
     /* exact names first, then regexes, then the class name (vLLM's order) */
     for (pass = 0; pass < 3; pass++) {
         for (i = 0; i < c->ngroups; i++) {
@@ -589,18 +668,43 @@ const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
                 if (pass == 0)
                     hit = !m->is_regex && strcmp(m->text, layer) == 0;
                 else if (pass == 1)
-                    hit = m->is_regex && matcher_hits(m, layer);
+                    hit = m->is_regex ? matcher_hits(m, layer, err, errlen) : 0;
                 else
                     hit = !m->is_regex && strcmp(m->text, "Linear") == 0;
+                if (hit < 0)
+                    return -1;
                 if (hit) {
                     if (group_name)
                         *group_name = c->groups[i].name;
-                    return &c->groups[i].scheme;
+                    *scheme = &c->groups[i].scheme;
+                    return 0;
                 }
             }
         }
     }
-    return NULL;
+    return 0;
+}
+
+int ct_config_model_dtype(const ct_config *c, smm_dtype *out)
+{
+    if (!c->has_dtype)
+        return -1;
+    *out = c->dtype;
+    return 0;
+}
+
+int ct_config_ignored(const ct_config *c, const char *layer)
+{
+    return ignored_checked(c, layer, NULL, 0) == 1;
+}
+
+const ct_scheme *ct_config_match(const ct_config *c, const char *layer,
+                                 const char **group_name)
+{
+    const ct_scheme *s = NULL;
+    if (ct_config_lookup(c, layer, &s, group_name, NULL, 0) != 0)
+        return NULL;
+    return s;
 }
 
 /* ------------------------------------------------------------------ */
@@ -618,6 +722,11 @@ void ct_model_close(ct_model *m)
         free(m->layers[i].bias);
     }
     free(m->layers);
+    for (i = 0; i < m->nunusable; i++) {
+        free(m->unusable[i].name);
+        free(m->unusable[i].why);
+    }
+    free(m->unusable);
     ct_config_free(m->config);
     st_checkpoint_close(m->ckpt);
     free(m);
@@ -630,6 +739,23 @@ const ct_layer *ct_model_find(const ct_model *m, const char *name)
         if (strcmp(m->layers[i].name, name) == 0)
             return &m->layers[i];
     return NULL;
+}
+
+const char *ct_model_unusable(const ct_model *m, const char *name)
+{
+    size_t i;
+    for (i = 0; i < m->nunusable; i++)
+        if (strcmp(m->unusable[i].name, name) == 0)
+            return m->unusable[i].why;
+    return NULL;
+}
+
+static void layer_free(ct_layer *L)
+{
+    free(L->name);
+    free(L->weight_scale);
+    free(L->bias);
+    memset(L, 0, sizeof *L);
 }
 
 /* Looks up "<layer><suffix>". */
@@ -682,12 +808,18 @@ static int load_layer(const ct_model *m, ct_layer *L, const st_tensor *w,
     L->n = w->shape[0];
     L->k = w->shape[1];
     L->weight = w->data;
-    if (ct_config_ignored(m->config, L->name)) {
-        set_err(err, errlen, "tensor %s is int8 but quantization_config.ignore names "
-                "layer %s", w->name, L->name);
-        return -1;
+    {
+        int h = ignored_checked(m->config, L->name, err, errlen);
+        if (h < 0)
+            return -1;
+        if (h) {
+            set_err(err, errlen, "tensor %s is int8 but quantization_config.ignore names "
+                    "layer %s", w->name, L->name);
+            return -1;
+        }
     }
-    s = ct_config_match(m->config, L->name, &L->group);
+    if (ct_config_lookup(m->config, L->name, &s, &L->group, err, errlen) != 0)
+        return -1;
     if (!s) {
         set_err(err, errlen, "tensor %s is int8 but no quantization_config.config_groups "
                 "entry targets layer %s", w->name, L->name);
@@ -804,19 +936,41 @@ ct_model *ct_model_open(const char *dir, char *err, size_t errlen)
         goto fail;
     count = st_checkpoint_count(m->ckpt);
     m->layers = calloc(count ? count : 1, sizeof *m->layers);
-    if (!m->layers) {
+    m->unusable = calloc(count ? count : 1, sizeof *m->unusable);
+    if (!m->layers || !m->unusable) {
         set_err(err, errlen, "out of memory");
         goto fail;
     }
     for (i = 0; i < count; i++) {
         const st_tensor *t = st_checkpoint_at(m->ckpt, i);
+        ct_layer *L = &m->layers[m->nlayers];
+        char why[1024] = "";
         if (t->dtype != ST_I8 || !ends_with(t->name, ".weight"))
             continue;
-        if (load_layer(m, &m->layers[m->nlayers++], t, err, errlen) != 0)
+        if (load_layer(m, L, t, why, sizeof why) == 0) {
+            m->nlayers++;
+            continue;
+        }
+        /* this layer fails alone */
+        if (!L->name) {
+            set_err(err, errlen, "%s", why);
             goto fail;
+        }
+        m->unusable[m->nunusable].name = L->name;
+        L->name = NULL;
+        layer_free(L);
+        m->unusable[m->nunusable].why = xstrdup(why);
+        if (!m->unusable[m->nunusable++].why) {
+            set_err(err, errlen, "out of memory");
+            goto fail;
+        }
     }
     if (m->nlayers == 0) {
-        set_err(err, errlen, "%s: no quantized layer (no I8 \"*.weight\" tensor)", dir);
+        if (m->nunusable > 0)
+            set_err(err, errlen, "%s%s", m->unusable[0].why,
+                    m->nunusable > 1 ? " (and no other layer is usable)" : "");
+        else
+            set_err(err, errlen, "%s: no quantized layer (no I8 \"*.weight\" tensor)", dir);
         goto fail;
     }
     return m;
@@ -832,6 +986,15 @@ fail:
 int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
                      smm_dtype x_dtype, void *y, smm_dtype y_dtype, char *err, size_t errlen)
 {
+    return ct_layer_forward_bias(ctx, L, m, x, x_dtype, y, y_dtype, SMM_DTYPE_F32, err,
+                                 errlen);
+}
+
+int ct_layer_forward_bias(smm_context *ctx, const ct_layer *L, int64_t m, const void *x,
+                          smm_dtype x_dtype, void *y, smm_dtype y_dtype, smm_dtype bias_dtype,
+                          char *err, size_t errlen)
+{
+    float *bias = NULL;
     smm_quantize_args qa;
     smm_scaled_mm_args sa;
     int8_t *q = NULL;
@@ -845,6 +1008,17 @@ int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void 
     if (m < 1) {
         set_err(err, errlen, "layer %s: no activation rows", L->name);
         return -1;
+    }
+    if (L->bias && (bias_dtype == SMM_DTYPE_F16 || bias_dtype == SMM_DTYPE_BF16)) {
+        int64_t i;
+        bias = malloc((size_t)L->n * sizeof *bias);
+        if (!bias) {
+            set_err(err, errlen, "layer %s: out of memory", L->name);
+            return -1;
+        }
+        for (i = 0; i < L->n; i++)
+            bias[i] = bias_dtype == SMM_DTYPE_F16 ? smm_f16_to_f32(smm_f32_to_f16(L->bias[i]))
+                                                  : smm_bf16_to_f32(smm_f32_to_bf16(L->bias[i]));
     }
     q = malloc((size_t)m * (size_t)L->k);
     scale = malloc((size_t)nscale * sizeof *scale);
@@ -891,7 +1065,7 @@ int ct_layer_forward(smm_context *ctx, const ct_layer *L, int64_t m, const void 
     sa.scale_a_len = nscale;
     sa.scale_b = L->weight_scale;
     sa.scale_b_len = L->weight_scale_len;
-    sa.bias = L->bias;
+    sa.bias = bias ? bias : L->bias;
     sa.azp = azp;
     sa.azp_len = use_azp ? nscale : 0;
     sa.c = y;
@@ -908,6 +1082,7 @@ done:
     free(q);
     free(scale);
     free(azp);
+    free(bias);
     return rc;
 }
 
@@ -923,6 +1098,8 @@ int ct_is_linear_weight(const st_tensor *t)
 
     if (t->ndim != 2 || !is_float_dtype(t->dtype) || !ends_with(name, ".weight"))
         return 0;
+    if (t->shape[0] < 1 || t->shape[1] < 1)
+        return 0;   /* an empty Linear is copied as is: no int8 layer to run */
     nl = strlen(name) - strlen(".weight");
     if (nl == 0 || nl >= sizeof module)
         return 0;
@@ -967,6 +1144,40 @@ float ct_quantize_row(const float *w, int64_t k, int8_t *q)
     return scale;
 }
 
+static float round_to(st_dtype dt, float v)
+{
+    return dt == ST_F16 ? smm_f16_to_f32(smm_f32_to_f16(v))
+                        : smm_bf16_to_f32(smm_f32_to_bf16(v));
+}
+
+float ct_quantize_row_dtype(const float *w, int64_t k, st_dtype dt, int8_t *q)
+{
+    float mn = 0.0f, mx = 0.0f, amax, scale;
+    int64_t i;
+
+    if (dt != ST_F16 && dt != ST_BF16)
+        return ct_quantize_row(w, k, q);
+    for (i = 0; i < k; i++) {
+        if (w[i] < mn)
+            mn = w[i];
+        if (w[i] > mx)
+            mx = w[i];
+    }
+    amax = fabsf(mn) > fabsf(mx) ? fabsf(mn) : fabsf(mx);
+    scale = round_to(dt, amax / 127.5f);   /* 255 and 127.5 are exact in both types */
+    if (scale == 0.0f)
+        scale = dt == ST_F16 ? 0x1p-10f : 0x1p-7f;   /* torch.finfo(dt).eps */
+    for (i = 0; i < k; i++) {
+        float v = round_to(dt, w[i] / scale);
+        if (v < -128.0f)
+            v = -128.0f;
+        if (v > 127.0f)
+            v = 127.0f;
+        q[i] = (int8_t)nearbyintf(v);
+    }
+    return scale;
+}
+
 /* Which file of in_dir holds each tensor. */
 typedef struct shard_map {
     char **files;        /* distinct file names, in order of appearance */
@@ -988,7 +1199,6 @@ static void shard_map_free(shard_map *s)
 static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t errlen)
 {
     char *path = path_join(in_dir, "model.safetensors.index.json");
-    json_error_t je;
     const char *key;
     json_t *val;
     struct stat sb;
@@ -998,7 +1208,7 @@ static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t er
         set_err(err, errlen, "out of memory");
         return -1;
     }
-    if (stat(path, &sb) != 0) {
+    if (lstat(path, &sb) != 0) {
         free(path);
         s->files = malloc(sizeof *s->files);
         if (!s->files || !(s->files[0] = xstrdup("model.safetensors"))) {
@@ -1008,9 +1218,10 @@ static int shard_map_load(shard_map *s, const char *in_dir, char *err, size_t er
         s->nfiles = 1;
         return 0;
     }
-    s->index = json_load_file(path, 0, &je);
+    s->index = load_json_file(path, err, errlen);
     if (!s->index || !json_is_object(json_object_get(s->index, "weight_map"))) {
-        set_err(err, errlen, "%s: %s", path, s->index ? "no weight_map object" : je.text);
+        if (s->index)
+            set_err(err, errlen, "%s: no weight_map object", path);
         free(path);
         return -1;
     }
@@ -1073,14 +1284,19 @@ static int write_json(const char *path, const json_t *v, char *err, size_t errle
 
 static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 {
-    FILE *in = fopen(from, "rb"), *out;
+    int fd = st_open_regular(from, NULL, err, errlen);
+    FILE *in, *out;
     char buf[65536];
     size_t n, len = strlen(to) + 16;
     char *tmp;
     int rc = 0;
 
+    if (fd < 0)
+        return -1;
+    in = fdopen(fd, "rb");
     if (!in) {
         set_err(err, errlen, "%s: %s", from, strerror(errno));
+        close(fd);
         return -1;
     }
     tmp = malloc(len);
@@ -1117,25 +1333,38 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
     return rc;
 }
 
-/* The quantization_config this tool writes. */
-static json_t *qconfig_json(void)
+/* The version of compressed-tensors whose quantization_config layout this
+ * tool writes (the keys of tests/data/ct-quantization-config.json). */
+#define CT_FORMAT_VERSION "0.20.1"
+
+/* The quantization_config this tool writes: every key compressed-tensors
+ * (llm-compressor's save_pretrained) writes for an int8 w8a8 model, in its
+ * order. `ignore` lists lm_head when the model has one, as
+ * compressed-tensors lists the ignored modules that exist. */
+static json_t *qconfig_json(int has_lm_head)
 {
-    json_t *w = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
-                          "num_bits", 8, "type", "int", "symmetric", 1,
-                          "strategy", "channel", "dynamic", 0,
-                          "group_size", "block_structure", "actorder");
-    json_t *a = json_pack("{s:i, s:s, s:b, s:s, s:b, s:n, s:n, s:n}",
-                          "num_bits", 8, "type", "int", "symmetric", 1,
-                          "strategy", "token", "dynamic", 1,
-                          "group_size", "block_structure", "actorder");
-    return json_pack("{s:s, s:s, s:s, s:{s:{s:[s], s:o, s:o, s:n}}, s:[s], s:n}",
-                     "quant_method", "compressed-tensors",
+    json_t *w = json_pack("{s:b, s:n, s:i, s:s, s:b, s:s}",
+                          "dynamic", 0, "group_size", "num_bits", 8,
+                          "strategy", "channel", "symmetric", 1, "type", "int");
+    json_t *a = json_pack("{s:b, s:n, s:i, s:s, s:b, s:s}",
+                          "dynamic", 1, "group_size", "num_bits", 8,
+                          "strategy", "token", "symmetric", 1, "type", "int");
+    json_t *ignore = has_lm_head ? json_pack("[s]", "lm_head") : json_array();
+    return json_pack("{s:{s:{s:s, s:o, s:n, s:[s], s:o}}, s:s, s:n, s:o, s:n, s:n, s:s, "
+                     "s:s, s:{}, s:{}, s:s}",
+                     "config_groups", "group_0", "format", "int-quantized",
+                     "input_activations", a, "output_activations", "targets", "Linear",
+                     "weights", w,
                      "format", "int-quantized",
+                     "global_compression_ratio",
+                     "ignore", ignore,
+                     "kv_cache_scheme",
+                     "moe_sparsity_config",
+                     "quant_method", "compressed-tensors",
                      "quantization_status", "compressed",
-                     "config_groups", "group_0", "targets", "Linear", "weights", w,
-                     "input_activations", a, "output_activations",
-                     "ignore", "lm_head",
-                     "kv_cache_scheme");
+                     "sparsity_config",
+                     "transform_config",
+                     "version", CT_FORMAT_VERSION);
 }
 
 static int same_dir(const char *a, const char *b)
@@ -1155,8 +1384,9 @@ typedef struct out_tensor {
 /* Builds the tensors of one output shard: quantized Linear weights with
  * their scales, everything else as is. */
 static int build_shard(const st_checkpoint *ck, const shard_map *map, const char *file,
-                       out_tensor **out, size_t *nout, size_t *done, size_t total,
-                       ct_progress_fn progress, void *user, char *err, size_t errlen)
+                       ct_match_mode mode, out_tensor **out, size_t *nout, size_t *done,
+                       size_t *quantized, size_t total, ct_progress_fn progress, void *user,
+                       char *err, size_t errlen)
 {
     size_t i, count = st_checkpoint_count(ck), n = 0;
     out_tensor *o = calloc(2 * count + 1, sizeof *o);
@@ -1180,6 +1410,8 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
         }
         {
             int64_t N = t->shape[0], K = t->shape[1], r, c;
+            /* llm-compressor stores the scales in the model's (the weight's) dtype */
+            st_dtype sdt = mode == CT_MATCH_LLM_COMPRESSOR ? t->dtype : ST_F32;
             int8_t *q = malloc((size_t)N * (size_t)K);
             float *sc = malloc((size_t)N * sizeof *sc);
             size_t nl = strlen(t->name);
@@ -1210,20 +1442,31 @@ static int build_shard(const st_checkpoint *ck, const shard_map *map, const char
                         goto fail;
                     }
                 }
-                sc[r] = ct_quantize_row(row, K, q + r * K);
+                sc[r] = mode == CT_MATCH_LLM_COMPRESSOR
+                    ? ct_quantize_row_dtype(row, K, t->dtype, q + r * K)
+                    : ct_quantize_row(row, K, q + r * K);
             }
+            if (sdt != ST_F32) {
+                /* scale values of sdt, stored in place as 16-bit values */
+                uint16_t *h = (uint16_t *)sc;
+                for (r = 0; r < N; r++) {
+                    uint16_t v = sdt == ST_F16 ? smm_f32_to_f16(sc[r]) : smm_f32_to_bf16(sc[r]);
+                    memcpy(h + r, &v, 2);
+                }
+            }
+            ++*quantized;
             qt->t = *t;
             qt->t.dtype = ST_I8;
             qt->t.data = q;
             qt->t.nbytes = (size_t)N * (size_t)K;
             memset(&st->t, 0, sizeof st->t);
             st->t.name = sname;
-            st->t.dtype = ST_F32;
+            st->t.dtype = sdt;
             st->t.ndim = 2;
             st->t.shape[0] = N;
             st->t.shape[1] = 1;
             st->t.data = sc;
-            st->t.nbytes = (size_t)N * sizeof(float);
+            st->t.nbytes = (size_t)N * st_dtype_size(sdt);
         }
     }
     free(row);
@@ -1249,9 +1492,44 @@ static void free_shard(out_tensor *o, size_t n)
  * directory (names relative to it). */
 typedef struct staged {
     char *dir;    /* OUT_DIR/.scaledmm-quantize.XXXXXX, or NULL */
-    char **names;
+    char **names; /* files, relative paths ("1_Pooling/config.json") */
     size_t n, cap;
+    char **dirs;  /* subdirectories, parents before children */
+    size_t ndirs, dcap;
 } staged;
+
+/* Creates the subdirectory `rel` in the staging directory and records it. */
+static int stage_dir(staged *sg, const char *rel, char *err, size_t errlen)
+{
+    char *path, *copy;
+    if (sg->ndirs == sg->dcap) {
+        size_t cap = sg->dcap ? 2 * sg->dcap : 8;
+        char **nd = realloc(sg->dirs, cap * sizeof *nd);
+        if (!nd) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+        sg->dirs = nd;
+        sg->dcap = cap;
+    }
+    path = path_join(sg->dir, rel);
+    copy = xstrdup(rel);
+    if (!path || !copy) {
+        free(path);
+        free(copy);
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (mkdir(path, 0777) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        free(path);
+        free(copy);
+        return -1;
+    }
+    free(path);
+    sg->dirs[sg->ndirs++] = copy;
+    return 0;
+}
 
 /* The staging path of `name`, recorded as written (the caller writes it
  * next); NULL when out of memory or when `name` was staged already (err
@@ -1296,7 +1574,35 @@ static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errle
 {
     size_t i;
     int pass;
-    for (pass = 0; pass < 2; pass++)
+    for (pass = 0; pass < 2; pass++) {
+        /* subdirectories: an existing directory is merged into (its other
+         * entries stay), anything else of that name stops the commit */
+        for (i = 0; i < sg->ndirs; i++) {
+            char *to = path_join(out_dir, sg->dirs[i]);
+            struct stat sb;
+            int ok = to != NULL, exists = 0;
+            if (!ok)
+                set_err(err, errlen, "out of memory");
+            if (ok && lstat(to, &sb) == 0)
+                exists = 1;
+            else if (ok && errno != ENOENT) {
+                set_err(err, errlen, "%s: %s", to, strerror(errno));
+                ok = 0;
+            }
+            if (ok && pass == 0 && exists && !S_ISDIR(sb.st_mode)) {
+                set_err(err, errlen, "%s: exists and is not a directory (nothing was "
+                        "written)", to);
+                ok = 0;
+            }
+            if (ok && pass == 1 && !exists && mkdir(to, 0777) != 0) {
+                set_err(err, errlen, "%s: %s (the files before it in %s were replaced)",
+                        to, strerror(errno), out_dir);
+                ok = 0;
+            }
+            free(to);
+            if (!ok)
+                return -1;
+        }
         for (i = 0; i < sg->n; i++) {
             char *from = path_join(sg->dir, sg->names[i]), *to = path_join(out_dir, sg->names[i]);
             struct stat sb;
@@ -1328,6 +1634,7 @@ static int stage_commit(staged *sg, const char *out_dir, char *err, size_t errle
             if (!ok)
                 return -1;
         }
+    }
     return 0;
 }
 
@@ -1342,14 +1649,112 @@ static void stage_free(staged *sg)
         free(p);
         free(sg->names[i]);
     }
+    for (i = sg->ndirs; i-- > 0;) {
+        char *p = sg->dir ? path_join(sg->dir, sg->dirs[i]) : NULL;
+        if (p)
+            (void)rmdir(p);
+        free(p);
+        free(sg->dirs[i]);
+    }
     if (sg->dir)
         (void)rmdir(sg->dir);
     free(sg->names);
+    free(sg->dirs);
     free(sg->dir);
+}
+
+/* Copies the directory in_root/rel (rel "" for the top) into the staging
+ * directory, recursively: regular files and directories (symbolic links
+ * followed); hidden folders (".git", ".cache") and other file types (FIFOs,
+ * sockets, devices) left out. At the top, config.json, the index and the
+ * *.safetensors files (the weights, written quantized) are not copied. The
+ * output directory, when it lies inside the input, is not copied. */
+#define CT_COPY_MAX_DEPTH 32
+static int copy_tree(staged *sg, const char *in_root, const char *rel, int depth,
+                     const struct stat *out_sb, const shard_map *map,
+                     ct_quantize_stats *stats, char *err, size_t errlen)
+{
+    char *dirpath = rel[0] ? path_join(in_root, rel) : xstrdup(in_root);
+    DIR *d;
+    struct dirent *e;
+    int rc = -1;
+    size_t fi;
+
+    if (!dirpath) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (depth > CT_COPY_MAX_DEPTH) {
+        set_err(err, errlen, "%s: more than %d directory levels (a symbolic link loop?)",
+                dirpath, CT_COPY_MAX_DEPTH);
+        free(dirpath);
+        return -1;
+    }
+    d = opendir(dirpath);
+    if (!d) {
+        set_err(err, errlen, "%s: %s", dirpath, strerror(errno));
+        free(dirpath);
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *from = NULL, *relname = NULL, *to = NULL;
+        struct stat sb;
+        int skip = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0, ok = 1;
+        if (!skip && rel[0] == '\0') {
+            skip = ends_with(e->d_name, ".safetensors") ||
+                   strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
+                   strcmp(e->d_name, "config.json") == 0;
+            for (fi = 0; !skip && fi < map->nfiles; fi++)
+                skip = strcmp(e->d_name, map->files[fi]) == 0; /* a shard, quantized */
+        }
+        if (skip)
+            continue;
+        from = path_join(dirpath, e->d_name);
+        relname = rel[0] ? path_join(rel, e->d_name) : xstrdup(e->d_name);
+        if (!from || !relname) {
+            set_err(err, errlen, "out of memory");
+            ok = 0;
+        } else if (stat(from, &sb) != 0) {
+            ok = 1; /* a dangling link: nothing to copy */
+        } else if (S_ISDIR(sb.st_mode)) {
+            /* not hidden folders (.git, .cache), nor the output */
+            if (e->d_name[0] != '.' &&
+                !(sb.st_dev == out_sb->st_dev && sb.st_ino == out_sb->st_ino)) {
+                ok = stage_dir(sg, relname, err, errlen) == 0 &&
+                     copy_tree(sg, in_root, relname, depth + 1, out_sb, map, stats, err,
+                               errlen) == 0;
+                if (ok && stats)
+                    stats->dirs_copied++;
+            }
+        } else if (S_ISREG(sb.st_mode)) {
+            to = stage_file(sg, relname, err, errlen);
+            ok = to && copy_file(from, to, err, errlen) == 0;
+            if (ok && stats)
+                stats->files_copied++;
+        }
+        free(from);
+        free(relname);
+        free(to);
+        if (!ok)
+            goto done;
+    }
+    rc = 0;
+done:
+    closedir(d);
+    free(dirpath);
+    return rc;
 }
 
 int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                            ct_progress_fn progress, void *user, char *err, size_t errlen)
+{
+    return ct_quantize_checkpoint_ex(in_dir, out_dir, CT_MATCH_CONTRACT, progress, user, NULL,
+                                     err, errlen);
+}
+
+int ct_quantize_checkpoint_ex(const char *in_dir, const char *out_dir, ct_match_mode mode,
+                              ct_progress_fn progress, void *user, ct_quantize_stats *stats,
+                              char *err, size_t errlen)
 {
     st_checkpoint *ck = NULL;
     shard_map map;
@@ -1360,11 +1765,16 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     int rc = -1, created = 0;
     struct stat sb;
     staged sg;
+    size_t quantized = 0;
     static const char *const meta_keys[] = { "format" };
     static const char *const meta_values[] = { "pt" };
 
     memset(&map, 0, sizeof map);
     memset(&sg, 0, sizeof sg);
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (check_dir(in_dir, err, errlen) != 0)
+        return -1;
     ck = st_checkpoint_open(in_dir, err, errlen);
     if (!ck)
         return -1;
@@ -1377,13 +1787,10 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         set_err(err, errlen, "out of memory");
         goto done;
     }
-    if (stat(path, &sb) == 0) {
-        json_error_t je;
-        config = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-        if (!config) {
-            set_err(err, errlen, "%s: line %d: %s", path, je.line, je.text);
+    if (lstat(path, &sb) == 0) {
+        config = load_json_file(path, err, errlen);
+        if (!config)
             goto done;
-        }
         if (!json_is_object(config)) {
             set_err(err, errlen, "%s: not a JSON object", path);
             goto done;
@@ -1398,7 +1805,9 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     }
     free(path);
     path = NULL;
-    if (!config || json_object_set_new(config, "quantization_config", qconfig_json()) != 0) {
+    if (!config || json_object_set_new(config, "quantization_config",
+                                       qconfig_json(st_checkpoint_find(ck, "lm_head.weight")
+                                                    != NULL)) != 0) {
         set_err(err, errlen, "out of memory");
         goto done;
     }
@@ -1443,6 +1852,10 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
         }
     }
     total = st_checkpoint_count(ck);
+    if (stats) {
+        stats->tensors = total;
+        stats->shards = map.nfiles;
+    }
     for (fi = 0; fi < map.nfiles; fi++) {
         out_tensor *o = NULL;
         st_tensor *ts;
@@ -1453,8 +1866,9 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
                     "name of the directory", map.files[fi]);
             goto done;
         }
-        ok = build_shard(ck, &map, map.files[fi], &o, &n, &done, total, progress, user,
-                         err, errlen) == 0;
+        ok = build_shard(ck, &map, map.files[fi], mode, &o, &n, &done,
+                         stats ? &stats->quantized : &quantized, total, progress, user, err,
+                         errlen) == 0;
         ts = ok ? malloc((n ? n : 1) * sizeof *ts) : NULL;
         if (ok && !ts) {
             set_err(err, errlen, "out of memory");
@@ -1499,45 +1913,14 @@ int ct_quantize_checkpoint(const char *in_dir, const char *out_dir,
     free(path);
     path = NULL;
 
-    /* the other files of the model directory (tokenizer, generation config) */
-    {
-        DIR *d = opendir(in_dir);
-        struct dirent *e;
-        if (!d) {
-            set_err(err, errlen, "%s: %s", in_dir, strerror(errno));
-            goto done;
-        }
-        while ((e = readdir(d)) != NULL) {
-            char *from, *to;
-            int skip = e->d_name[0] == '.' || ends_with(e->d_name, ".safetensors") ||
-                       strcmp(e->d_name, "model.safetensors.index.json") == 0 ||
-                       strcmp(e->d_name, "config.json") == 0;
-            for (fi = 0; !skip && fi < map.nfiles; fi++)
-                skip = strcmp(e->d_name, map.files[fi]) == 0; /* a shard, quantized */
-            if (skip)
-                continue;
-            from = path_join(in_dir, e->d_name);
-            if (!from) {
-                set_err(err, errlen, "out of memory");
-                closedir(d);
-                goto done;
-            }
-            if (stat(from, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-                free(from);
-                continue;
-            }
-            to = stage_file(&sg, e->d_name, err, errlen);
-            if (!to || copy_file(from, to, err, errlen) != 0) {
-                free(from);
-                free(to);
-                closedir(d);
-                goto done;
-            }
-            free(from);
-            free(to);
-        }
-        closedir(d);
+    /* the other files and folders of the model (tokenizer, generation
+     * config, sentence-transformers' 1_Pooling/ and 2_Normalize/, README) */
+    if (stat(out_dir, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", out_dir, strerror(errno));
+        goto done;
     }
+    if (copy_tree(&sg, in_dir, "", 0, &sb, &map, stats, err, errlen) != 0)
+        goto done;
     if (stage_commit(&sg, out_dir, err, errlen) != 0)
         goto done;
     rc = 0;

@@ -369,23 +369,11 @@ done:
 
 static int read_npy(const char *path, npy_array *out, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+    size_t fsize = 0;
+    int fd = st_open_regular(path, &fsize, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(sb.st_mode) || (uintmax_t)sb.st_size > SIZE_MAX) {
-        seterr(err, errlen, "%s: not a regular file (or too large)", path);
-        close(fd);
-        return -1;
-    }
-    size_t size = (size_t)sb.st_size;
+    size_t size = fsize;
     void *map = NULL;
     if (size > 0 && (map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
         seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));

@@ -452,30 +452,51 @@ st_file *st_parse(const void *image, size_t size, const char *display_name, char
     return f;
 }
 
-st_file *st_open(const char *path, char *err, size_t errlen)
+int st_open_regular(const char *path, size_t *size, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
+    /* O_NONBLOCK: open() of a FIFO without a writer would wait forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     struct stat sb;
+    int fl;
+    if (fd < 0) {
+        seterr(err, errlen, "%s: %s", path,
+               errno == ENXIO ? "not a regular file" : strerror(errno));
+        return -1;
+    }
     if (fstat(fd, &sb) != 0) {
         seterr(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
-        return NULL;
+        return -1;
     }
     if (!S_ISREG(sb.st_mode)) {
-        seterr(err, errlen, "%s: not a regular file", path);
+        seterr(err, errlen, "%s: not a regular file%s", path,
+               S_ISDIR(sb.st_mode) ? " (a directory)" : "");
         close(fd);
-        return NULL;
+        return -1;
     }
     if ((uintmax_t)sb.st_size > (uintmax_t)SIZE_MAX) {
         seterr(err, errlen, "%s: too large to map", path);
         close(fd);
-        return NULL;
+        return -1;
     }
-    size_t size = (size_t)sb.st_size;
+    fl = fcntl(fd, F_GETFL);
+    if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (size)
+        *size = (size_t)sb.st_size;
+    return fd;
+}
+
+st_file *st_open(const char *path, char *err, size_t errlen)
+{
+    size_t fsize = 0;
+    int fd = st_open_regular(path, &fsize, err, errlen);
+    if (fd < 0)
+        return NULL;
+    size_t size = fsize;
     void *map = NULL;
     if (size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -969,16 +990,25 @@ static int sort_checkpoint(st_checkpoint *c)
     return 0;
 }
 
-static char *join(const char *dir, const char *name)
+char *st_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
+    char *p;
+    while (a > 1 && dir[a - 1] == '/')
+        a--;
+    p = malloc(a + b + 2);
     if (p) {
         memcpy(p, dir, a);
-        p[a] = '/';
-        memcpy(p + a + 1, name, b + 1);
+        if (a == 0 || dir[a - 1] != '/')
+            p[a++] = '/';
+        memcpy(p + a, name, b + 1);
     }
     return p;
+}
+
+static char *join(const char *dir, const char *name)
+{
+    return st_path_join(dir, name);
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -988,51 +1018,47 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 /* Reads a whole (small) file; NULL with a message on failure. */
-static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+char *st_read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+    size_t size = 0, n = 0;
+    int fd = st_open_regular(path, &size, err, errlen);
+    char *buf;
+    if (fd < 0)
+        return NULL;
+    if (size > limit) {
+        seterr(err, errlen, "%s: larger than %zu bytes", path, limit);
+        close(fd);
         return NULL;
     }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= limit) {
-                seterr(err, errlen, "%s: larger than %zu bytes", path, limit);
-                free(buf);
-                fclose(fp);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, fp);
-        n += r;
-        if (r == 0)
-            break;
-    }
+    buf = malloc(size + 1);
     if (!buf) {
         seterr(err, errlen, "%s: out of memory", path);
-        fclose(fp);
+        close(fd);
         return NULL;
     }
-    if (ferror(fp)) {
+    while (n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n != size) {
         seterr(err, errlen, "%s: read error", path);
         free(buf);
-        fclose(fp);
+        close(fd);
         return NULL;
     }
-    fclose(fp);
+    close(fd);
+    buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+{
+    return st_read_small(path, limit, len, err, errlen);
 }
 
 static st_checkpoint *open_single(const char *path, char *err, size_t errlen)

@@ -49,6 +49,19 @@ typedef struct st_tensor {
     size_t nbytes;
 } st_tensor;
 
+/* Opens `path` for reading without blocking: a FIFO, a device or a
+ * directory gives -1 with "PATH: not a regular file" in err (never a
+ * hang); a missing or unreadable file, "PATH: <strerror>". Returns the
+ * descriptor (O_RDONLY, O_CLOEXEC, blocking mode restored); the size in
+ * *size when size is non-NULL. */
+int st_open_regular(const char *path, size_t *size, char *err, size_t errlen);
+/* Reads a whole regular file of at most `limit` bytes (st_open_regular's
+ * checks) into a NUL-terminated buffer; NULL with a message naming it. */
+char *st_read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen);
+/* "dir/name" without doubling a slash that ends `dir` ("a/" + "b" is
+ * "a/b", "/" + "b" is "/b"); malloc'd, NULL when out of memory. */
+char *st_path_join(const char *dir, const char *name);
+
 /* One mapped file. */
 typedef struct st_file st_file;
 
