@@ -204,10 +204,31 @@ SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads
 /* The value set by smm_context_set_num_threads (0 = default); -1 for NULL. */
 SMM_API int smm_context_get_num_threads(const smm_context *ctx);
 
-/* A message describing the last error returned on this context (e.g.
- * "smm_scaled_mm: lda (3) < k (5)"); "" after a success. Valid until the
- * next call on the context. "" for NULL. */
+/* A message describing the last error the calling thread got from a call
+ * on this context (e.g. "smm_scaled_mm: lda (3) < k (5)"); "" after a
+ * success, and "" in a thread that has made no call on the context.
+ * Messages are kept per thread (see "Threads" below): each thread keeps
+ * those of the last 16 contexts it got an error from. Valid until the
+ * calling thread's next call on the context. "" for NULL. */
 SMM_API const char *smm_context_last_error(const smm_context *ctx);
+
+/*
+ * Threads. One context may be used by several threads at the same time for
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b,
+ * smm_quantize_i8, smm_malloc, smm_free, smm_memcpy, smm_synchronize,
+ * smm_context_backend, smm_context_get_num_threads and
+ * smm_context_last_error: these calls only read the context, each call's
+ * working memory is its own, results are those of the same calls made one
+ * after the other, and each thread reads the messages of its own calls only.
+ * On a GPU context concurrent calls are queued on the context's one stream,
+ * in the order the runtime receives them. smm_context_set_num_threads,
+ * smm_context_set_stream and smm_context_destroy change the context: no
+ * other call on the same context may run while one of them does. Each CPU
+ * call runs its own OpenMP team, so concurrent calls each use their
+ * context's thread count (set it to share the cores). A packed B is only
+ * read, and may be used by concurrent calls on any contexts that accept it.
+ * tests/check_threads.c holds this to account.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Device memory and streams (GPU contexts: SMM_BACKEND_ROCM, _CUDA)    */

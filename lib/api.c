@@ -82,7 +82,7 @@ static int is_gpu(const smm_context *ctx)
 /* The runtime's error as the backend reported it, or a generic message. */
 static smm_status gpu_result(smm_context *ctx, smm_status st, const char *who)
 {
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s: %s backend: %s", who, ctx->ops->name, smm_strerror(st));
     return st;
 }
@@ -93,7 +93,7 @@ SMM_API smm_status smm_malloc(smm_context *ctx, size_t bytes, void **ptr)
         *ptr = NULL;
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!ptr)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_malloc: ptr is NULL");
     if (is_gpu(ctx)) {
@@ -114,7 +114,7 @@ SMM_API smm_status smm_free(smm_context *ctx, void *ptr)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!ptr)
         return SMM_OK;
     if (is_gpu(ctx))
@@ -128,7 +128,7 @@ SMM_API smm_status smm_memcpy(smm_context *ctx, void *dst, const void *src, size
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if ((int)kind < (int)SMM_MEMCPY_HOST_TO_DEVICE || (int)kind > (int)SMM_MEMCPY_HOST_TO_HOST)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_memcpy: unknown kind (%d)", (int)kind);
     if (kind != SMM_MEMCPY_HOST_TO_HOST && !is_gpu(ctx))
@@ -162,7 +162,7 @@ SMM_API smm_status smm_context_set_stream(smm_context *ctx, void *stream)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!is_gpu(ctx)) {
         if (stream)
             return smm_set_error(ctx, SMM_ERR_UNSUPPORTED,
@@ -177,7 +177,7 @@ SMM_API smm_status smm_synchronize(smm_context *ctx)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!is_gpu(ctx))
         return SMM_OK;
     return gpu_result(ctx, ctx->ops->synchronize(ctx), "smm_synchronize");
@@ -197,7 +197,7 @@ static smm_status run_mm(smm_context *ctx, const smm_mm_problem *p)
     smm_fpenv_enter(&env);
     smm_status st = ctx->ops->mm(ctx, p);
     smm_fpenv_leave(&env);
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
     return st;
 }
@@ -206,7 +206,7 @@ SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *arg
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     smm_status st = smm_check_mm(ctx, args, 0);
     if (st != SMM_OK || args->m == 0 || args->n == 0)
         return st;
@@ -222,7 +222,7 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     smm_mm_problem p = {
         .m = m, .n = n, .k = k,
         .a = a, .lda = lda,
@@ -242,7 +242,7 @@ SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t 
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!pb)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_gemm_s8s8s32_packed: pb is NULL");
     smm_mm_problem p = {
@@ -269,7 +269,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
         *out = NULL;
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!out)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_pack_b: out is NULL");
     smm_status st = smm_check_pack_b(ctx, n, k, b, ldb);
@@ -290,7 +290,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
     st = ctx->ops->pack_b(ctx, b, ldb, pb);
     if (st != SMM_OK) {
         smm_host_free(ctx, pb);
-        if (ctx->last_error[0] == '\0')
+        if (!smm_has_error(ctx))
             smm_set_error(ctx, st, "smm_pack_b: %s backend: %s", ctx->ops->name, smm_strerror(st));
         return st;
     }
@@ -329,7 +329,7 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     smm_status st = smm_check_quantize(ctx, args);
     if (st != SMM_OK || args->m == 0)
         return st;
@@ -340,7 +340,7 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
     smm_fpenv_enter(&env);
     st = ctx->ops->quantize(ctx, args);
     smm_fpenv_leave(&env);
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
     return st;
 }

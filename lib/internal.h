@@ -70,7 +70,7 @@ typedef struct smm_backend_ops {
 
     /* GPU backends only (NULL on host backends, whose memory the framework
      * handles itself). Each returns SMM_OK or SMM_ERR_DEVICE /
-     * SMM_ERR_NO_MEMORY with ctx->last_error set. Arguments are validated. */
+     * SMM_ERR_NO_MEMORY with the message set (ctx->verror). Arguments are validated. */
     smm_status (*dev_malloc)(smm_context *ctx, size_t bytes, void **ptr);
     smm_status (*dev_free)(smm_context *ctx, void *ptr);
     smm_status (*dev_memcpy)(smm_context *ctx, void *dst, const void *src, size_t bytes,
@@ -92,10 +92,10 @@ typedef struct smm_backend_ops {
  * The entry loads the vendor runtime and counts devices; it returns the
  * ops table when at least one device is usable, else NULL with *reason
  * (a static string) saying why. It prints nothing. The plugin cannot call
- * the framework's hidden functions: it writes ctx->last_error itself and
+ * the framework's hidden functions: it records messages through ctx->verror and
  * allocates host memory through ctx->alloc.
  */
-#define SMM_GPU_PLUGIN_ABI 1
+#define SMM_GPU_PLUGIN_ABI 2
 #define SMM_GPU_PLUGIN_ENTRY "smm_gpu_plugin_entry"
 typedef const smm_backend_ops *(*smm_gpu_plugin_entry_fn)(int abi, const char **reason);
 
@@ -106,7 +106,11 @@ struct smm_context {
     smm_allocator alloc;
     void *backend_data;
     void *stream;             /* GPU contexts: the stream work is queued on */
-    char last_error[256];
+    /* Identifies the context's messages (lib/context.c keeps them per
+     * thread); verror records one (smm_verror: a plugin cannot call the
+     * framework's hidden functions, so it calls this). */
+    uint64_t error_id;
+    smm_status (*verror)(smm_context *ctx, smm_status status, const char *fmt, va_list ap);
 };
 
 /* Backends (each defined in its own file). */
@@ -120,9 +124,15 @@ void smm_host_free(smm_context *ctx, void *p) SMM_INTERNAL;
 /* Threads a CPU backend should use for this call (>= 1). */
 int smm_threads(const smm_context *ctx) SMM_INTERNAL;
 
-/* Records a printf-style message as ctx->last_error; returns status. */
+/* Records a printf-style message as the calling thread's last error on ctx
+ * (smm_context_last_error); returns status. */
 smm_status smm_set_error(smm_context *ctx, smm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4))) SMM_INTERNAL;
+smm_status smm_verror(smm_context *ctx, smm_status status, const char *fmt, va_list ap)
+    SMM_INTERNAL;
+/* Clears the calling thread's message on ctx; whether it holds one. */
+void smm_clear_error(const smm_context *ctx) SMM_INTERNAL;
+int smm_has_error(const smm_context *ctx) SMM_INTERNAL;
 
 /* Floating-point environment of the contract (round to nearest even, no
  * flush-to-zero, no denormals-are-zero, exceptions masked) for the calling

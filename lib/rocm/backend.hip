@@ -11,8 +11,9 @@
  * the arguments. Work is queued on ctx->stream (NULL: the runtime's
  * default stream) of the calling thread's current device. Every runtime
  * error becomes SMM_ERR_DEVICE (SMM_ERR_NO_MEMORY for a failed allocation)
- * with the runtime's message in ctx->last_error. This plugin cannot call
- * the framework's hidden functions: it writes last_error itself.
+ * with the runtime's message as the context's last error. This plugin
+ * cannot call the framework's hidden functions: it records messages through
+ * ctx->verror.
  */
 #include "gpu_compat.h"
 #include "kernels.h"
@@ -44,7 +45,7 @@ static smm_status set_error(smm_context *ctx, smm_status st, const char *fmt, ..
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    ctx->verror(ctx, st, fmt, ap);
     va_end(ap);
     return st;
 }
