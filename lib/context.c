@@ -115,40 +115,17 @@ int smm_has_error(const smm_context *ctx)
     return s && s->msg[0] != '\0';
 }
 
-SMM_API smm_status smm_context_create_with_allocator(smm_context **out, smm_backend backend,
-                                                     const smm_allocator *allocator)
+/* A context on the concrete backend b (available), through allocator al. */
+static smm_status make_context(smm_context **out, smm_backend b, const smm_allocator *al)
 {
-    if (!out)
-        return SMM_ERR_INVALID_ARG;
-    *out = NULL;
-    if (allocator && (!allocator->alloc || !allocator->free))
-        return SMM_ERR_INVALID_ARG;
-    if ((int)backend < SMM_BACKEND_AUTO || (int)backend > SMM_BACKEND_CUDA)
-        return SMM_ERR_INVALID_ARG;
-
-    if (backend == SMM_BACKEND_AUTO) {
-        const char *env = getenv("SMM_BACKEND");
-        if (env && *env) {
-            /* An explicit request in the environment is honoured or refused,
-             * never silently replaced. */
-            if (smm_backend_from_name(env, &backend) != SMM_OK)
-                return SMM_ERR_INVALID_ARG;
-        }
-        if (backend == SMM_BACKEND_AUTO)  /* unset, or SMM_BACKEND=auto */
-            backend = smm_backend_auto();
-    }
-    if (!smm_backend_available(backend, NULL))
-        return SMM_ERR_NOT_AVAILABLE;
-    const smm_backend_ops *ops = smm_backend_ops_get(backend);
+    const smm_backend_ops *ops = smm_backend_ops_get(b);
     if (!ops)
         return SMM_ERR_NOT_AVAILABLE;
-
-    const smm_allocator *al = allocator ? allocator : &default_allocator;
     smm_context *ctx = al->alloc(sizeof *ctx, 64, al->user);
     if (!ctx)
         return SMM_ERR_NO_MEMORY;
     memset(ctx, 0, sizeof *ctx);
-    ctx->backend = backend;
+    ctx->backend = b;
     ctx->ops = ops;
     ctx->alloc = *al;
     ctx->error_id = __atomic_add_fetch(&last_error_id, 1, __ATOMIC_RELAXED);
@@ -164,6 +141,56 @@ SMM_API smm_status smm_context_create_with_allocator(smm_context **out, smm_back
     return SMM_OK;
 }
 
+SMM_API smm_status smm_context_create_with_allocator(smm_context **out, smm_backend backend,
+                                                     const smm_allocator *allocator)
+{
+    if (!out)
+        return SMM_ERR_INVALID_ARG;
+    *out = NULL;
+    if (allocator && (!allocator->alloc || !allocator->free))
+        return SMM_ERR_INVALID_ARG;
+    if ((int)backend < SMM_BACKEND_AUTO || (int)backend > SMM_BACKEND_CUDA)
+        return SMM_ERR_INVALID_ARG;
+
+    int routed = 0;
+    if (backend == SMM_BACKEND_AUTO) {
+        const char *env = getenv("SMM_BACKEND");
+        if (env && *env) {
+            /* An explicit request in the environment is honoured or refused,
+             * never silently replaced. */
+            if (smm_backend_from_name(env, &backend) != SMM_OK)
+                return SMM_ERR_INVALID_ARG;
+        }
+        if (backend == SMM_BACKEND_AUTO) {  /* unset, or SMM_BACKEND=auto */
+            backend = smm_backend_auto();
+            routed = 1;
+        }
+    }
+    if (!smm_backend_available(backend, NULL))
+        return SMM_ERR_NOT_AVAILABLE;
+    const smm_allocator *al = allocator ? allocator : &default_allocator;
+    smm_context *ctx = NULL;
+    smm_status st = make_context(&ctx, backend, al);
+    if (st != SMM_OK)
+        return st;
+    if (routed) {
+        /* AUTO runs each call where its data lives: the host backend is
+         * the context itself, the GPU found (if any) a part of it. */
+        ctx->routed = 1;
+        smm_backend dev = smm_backend_auto_device(NULL);
+        if (dev != SMM_BACKEND_AUTO) {
+            st = make_context(&ctx->device, dev, al);
+            if (st != SMM_OK) {
+                smm_context_destroy(ctx);
+                return st;
+            }
+            ctx->device->error_id = ctx->error_id;   /* its messages are ctx's */
+        }
+    }
+    *out = ctx;
+    return SMM_OK;
+}
+
 SMM_API smm_status smm_context_create(smm_context **ctx, smm_backend backend)
 {
     return smm_context_create_with_allocator(ctx, backend, NULL);
@@ -173,6 +200,7 @@ SMM_API void smm_context_destroy(smm_context *ctx)
 {
     if (!ctx)
         return;
+    smm_context_destroy(ctx->device);
     if (ctx->ops && ctx->ops->fini)
         ctx->ops->fini(ctx);
     smm_allocator al = ctx->alloc;
@@ -182,6 +210,15 @@ SMM_API void smm_context_destroy(smm_context *ctx)
 SMM_API smm_backend smm_context_backend(const smm_context *ctx)
 {
     return ctx ? ctx->backend : SMM_BACKEND_AUTO;
+}
+
+SMM_API smm_backend smm_context_device_backend(const smm_context *ctx)
+{
+    if (!ctx)
+        return SMM_BACKEND_AUTO;
+    if (ctx->device)
+        return ctx->device->backend;
+    return ctx->ops->dev_malloc ? ctx->backend : SMM_BACKEND_AUTO;
 }
 
 SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads)

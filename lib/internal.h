@@ -49,6 +49,41 @@ struct smm_packed_b {
     void (*release)(struct smm_packed_b *pb);
 };
 
+/* Where memory lives, as a GPU runtime's pointer attributes tell it (the
+ * pointer_kind op of a GPU backend). */
+typedef enum {
+    SMM_PTR_HOST,          /* host memory the device cannot read at that address
+                              (malloc, the stack; unknown to the runtime) */
+    SMM_PTR_DEVICE,        /* device memory of the calling thread's current device */
+    SMM_PTR_OTHER_DEVICE,  /* device memory of another device */
+    SMM_PTR_MANAGED,       /* managed memory: the host and the device read it */
+    SMM_PTR_REGISTERED     /* page-locked host memory, mapped for the device at
+                              the same address (cudaHostRegister, cudaMallocHost) */
+} smm_ptr_kind;
+
+/* One pointer argument of a call, for the routing and its messages. */
+typedef struct {
+    const char *name;      /* as in the public header: "a", "scale_b", ... */
+    const void *ptr;
+} smm_ptr_arg;
+
+typedef enum { SMM_ROUTE_HOST, SMM_ROUTE_DEVICE, SMM_ROUTE_ERROR } smm_route;
+
+/* lib/route.c: where a call whose n pointers have these kinds runs, on a
+ * GPU context (gpu_context != 0: DEVICE or ERROR) or on an AUTO context
+ * with a GPU (HOST, DEVICE or ERROR). On ERROR, msg (size bytes) says
+ * which pointers and why; else msg is "". */
+smm_route smm_route_decide(const smm_ptr_arg *args, const smm_ptr_kind *kinds, int n,
+                           int gpu_context, char *msg, size_t size) SMM_INTERNAL;
+/* The pointers a call reads or writes (non-NULL, of operands with at least
+ * one element; a packed B's buffer always), as smm_route_decide takes them.
+ * Return how many were written to out. */
+#define SMM_MAX_PTR_ARGS 8
+int smm_mm_pointers(const smm_mm_problem *p, int raw,
+                    smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+int smm_quantize_pointers(const smm_quantize_args *q,
+                          smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+
 typedef struct smm_backend_ops {
     smm_backend id;
     const char *name;
@@ -77,6 +112,9 @@ typedef struct smm_backend_ops {
                              smm_memcpy_kind kind);
     smm_status (*set_stream)(smm_context *ctx, void *stream);
     smm_status (*synchronize)(smm_context *ctx);
+    /* Where p's memory lives (any value of p; never fails: memory the
+     * runtime does not know is SMM_PTR_HOST). Thread-safe. */
+    smm_ptr_kind (*pointer_kind)(const void *p);
 } smm_backend_ops;
 
 /*
@@ -106,6 +144,12 @@ struct smm_context {
     smm_allocator alloc;
     void *backend_data;
     void *stream;             /* GPU contexts: the stream work is queued on */
+    /* An AUTO context (routed != 0) runs each call where its data lives
+     * (lib/route.c): on itself (the host backend) or on `device`, a
+     * context of the GPU backend found (NULL: none), which shares its
+     * error_id. */
+    int routed;
+    smm_context *device;
     /* Identifies the context's messages (lib/context.c keeps them per
      * thread); verror records one (smm_verror: a plugin cannot call the
      * framework's hidden functions, so it calls this). */
@@ -148,6 +192,8 @@ void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
  * set on ctx. raw != 0 checks an smm_gemm_s8s8s32 problem (c_dtype I32, no
  * scales), raw == 0 an smm_scaled_mm one. */
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw) SMM_INTERNAL;
+/* The public function a problem came from ("smm_scaled_mm", ...), for messages. */
+const char *smm_mm_who(const smm_mm_problem *p, int raw) SMM_INTERNAL;
 smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
 /* smm_pack_b's B: sizes, pointer, ldb, footprint. */
 smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
