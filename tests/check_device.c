@@ -815,5 +815,5 @@ static Suite *device_suite(void)
 
 int main(void)
 {
-    return tu_main(device_suite(), "check_device");
+    return tu_main_gpu(device_suite(), "check_device");
 }
