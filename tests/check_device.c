@@ -794,6 +794,36 @@ START_TEST(test_auto_conformance)
 }
 END_TEST
 
+/* A context on AUTO under allocation failures: each of its allocations
+ * (the context, the host backend's state, and with a GPU the GPU part)
+ * fails in turn; creation reports SMM_ERR_NO_MEMORY and leaks nothing. */
+START_TEST(test_auto_allocation_failures)
+{
+    if (getenv("SMM_BACKEND") && *getenv("SMM_BACKEND"))
+        return;
+    tu_counting cnt;
+    int failed = 0;
+    for (int64_t at = 0; at < 16; at++) {
+        tu_counting_init(&cnt);
+        tu_counting_fail_in(&cnt, at);
+        smm_allocator al = tu_counting_allocator(&cnt);
+        smm_context *ctx = (smm_context *)1;
+        smm_status st = smm_context_create_with_allocator(&ctx, SMM_BACKEND_AUTO, &al);
+        if (st == SMM_OK) {
+            ck_assert_ptr_nonnull(ctx);
+            smm_context_destroy(ctx);
+            ck_assert_int_eq(cnt.live, 0);
+            break;   /* fewer allocations than `at`: every one has failed once */
+        }
+        failed++;
+        ck_assert_int_eq(st, SMM_ERR_NO_MEMORY);
+        ck_assert_ptr_null(ctx);
+        ck_assert_int_eq(cnt.live, 0);
+    }
+    ck_assert_int_ge(failed, 1);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
     Suite *s = suite_create("device");
@@ -810,6 +840,7 @@ static Suite *device_suite(void)
     tcase_add_test(tc, test_gpu_refuses_host_pointers);
     tcase_add_test(tc, test_auto_routes_by_memory);
     tcase_add_test(tc, test_auto_conformance);
+    tcase_add_test(tc, test_auto_allocation_failures);
     return s;
 }
 
