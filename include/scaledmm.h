@@ -502,6 +502,10 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
  *              1 byte per element of B.
  *   rocm, cuda: a device copy of B's rows (ld K), in device memory.
  *   reference: an int8 copy of B (the reference stays the plain loop nest).
+ * On a context created on AUTO, b's memory decides (smm_context_create): a
+ * B in the GPU's memory is packed in the GPU backend's format, a B in host
+ * memory in the host backend's; calls using the packed B then run where
+ * it lives (its buffer counts as one of their pointers).
  * Errors (*out set to NULL when out is non-NULL): SMM_ERR_INVALID_ARG (ctx
  * or out NULL, b NULL with N * K > 0, negative size, ldb < K when N > 1,
  * the byte size of B or of the packed copy overflows), SMM_ERR_NO_MEMORY,
