@@ -6,8 +6,10 @@
 #   ./setup.sh && build/tools/scaledmm bench     # the main job
 #   ./setup.sh && make -C build check            # the test suite
 #
-# Arguments are passed to configure on the first run (when the build
-# directory has no Makefile yet), e.g. ./setup.sh CFLAGS="-O3 -g".
+# Arguments are passed to configure, e.g. ./setup.sh CFLAGS="-O3 -g": on
+# the first run (when the build directory has no Makefile yet), and on a
+# configured build directory too, which they then reconfigure (it says so).
+# Without arguments, an existing configuration is kept (it says that too).
 # Environment: SMM_SKIP_DEPS=1 skips the package installation; BUILD_DIR
 # (default: build) names the build directory; SMM_SETUP_ROCM=1 also installs
 # the HIP toolchain of the ROCm backend (Debian's clang-19 and HIP packages),
@@ -42,5 +44,14 @@ if [ ! -x configure ] || [ configure.ac -nt configure ]; then autoreconf -fi; fi
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$BUILD_DIR"
 cd "$BUILD_DIR"
-[ -f Makefile ] || "$top/configure" "$@"
+if [ ! -f Makefile ]; then
+    "$top/configure" "$@"
+elif [ $# -gt 0 ]; then
+    echo "setup.sh: $BUILD_DIR is already configured; reconfiguring it with: $*" >&2
+    "$top/configure" "$@"
+else
+    args=$(./config.status --config)
+    echo "setup.sh: $BUILD_DIR is already configured (configure arguments: ${args:-none});" \
+        "keeping it (pass configure arguments to reconfigure)" >&2
+fi
 make -j"$(nproc)" >&2

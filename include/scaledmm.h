@@ -66,7 +66,8 @@ typedef enum {
     SMM_DTYPE_BF16  /* bfloat16 (top half of a binary32), uint16_t bits */
 } smm_dtype;
 
-/* Backends. AUTO probes the platform (and honours SMM_BACKEND). */
+/* Backends. AUTO probes the platform (and honours SMM_BACKEND) and runs
+ * each call where its data lives (smm_context_create). */
 typedef enum {
     SMM_BACKEND_AUTO,
     SMM_BACKEND_REFERENCE,  /* scalar C, the executable contract */
@@ -127,23 +128,40 @@ SMM_API smm_status smm_backend_from_name(const char *name, smm_backend *out);
 
 /*
  * Whether `backend` can run on this machine. Returns 1 if it can, 0 if not
- * (AUTO and values outside the enum: 0). If reason is non-NULL, *reason is
- * set to a static string saying why (e.g. "no GPU backend in this build").
+ * (values outside the enum: 0). If reason is non-NULL, *reason is set to a
+ * static string saying why (e.g. "no GPU backend in this build").
+ * For SMM_BACKEND_AUTO: 1 when a context can be created on AUTO, with
+ * AUTO's whole answer as the reason, e.g. "host data -> cpu (avx512_vnni);
+ * device data -> cuda (1 device; device 0: NVIDIA H200 (sm_90))" or
+ * "...; device data -> none (no GPU runtime found (...))"; with SMM_BACKEND
+ * set, what it names and that backend's reason; 0 with why not when
+ * SMM_BACKEND names no backend or one that cannot run here.
  * The probe (CPUID, XGETBV, GPU runtimes) runs once per process;
  * thread-safe.
  */
 SMM_API int smm_backend_available(smm_backend backend, const char **reason);
 
-/* The backend AUTO resolves to: the one the environment variable
- * SMM_BACKEND names, when it holds a valid name (creating a context then
- * fails with SMM_ERR_NOT_AVAILABLE if that backend cannot run here), else
- * the fastest available host backend (cpu, then reference). When
+/* The backend a context created on AUTO runs host-memory calls on (its
+ * smm_context_backend): the one the environment variable SMM_BACKEND
+ * names, when it holds a valid name other than "auto" (creating a context
+ * then fails with SMM_ERR_NOT_AVAILABLE if that backend cannot run here),
+ * else the fastest available host backend (cpu, then reference). When
  * SMM_BACKEND holds an unknown name this still returns that host backend,
  * but creating a context on AUTO fails (SMM_ERR_INVALID_ARG,
- * smm_context_create). A GPU backend, whose calls take device pointers, is
- * used only when named (here through SMM_BACKEND, or passed to
  * smm_context_create). */
 SMM_API smm_backend smm_backend_auto(void);
+
+/* The GPU backend a context created on AUTO runs device-memory calls on:
+ * the first of cuda, rocm whose driver's device node exists (/dev/nvidiactl
+ * or /dev/dxg; /dev/kfd) and whose plugin and runtime report a device;
+ * SMM_BACKEND_AUTO when there is none. Where no device node exists no
+ * plugin is loaded, so no GPU runtime is started. With SMM_BACKEND set to
+ * a name other than "auto", the backend it names when that is a GPU
+ * backend, else SMM_BACKEND_AUTO. If reason is non-NULL, *reason is set
+ * to a static string: the device found, or why there is none (e.g. "no GPU
+ * runtime found (...)", or the plugin's or runtime's reason). Probed once
+ * per process; thread-safe. */
+SMM_API smm_backend smm_backend_auto_device(const char **reason);
 
 /* Space-separated CPU features found by CPUID and confirmed usable by the OS
  * through XGETBV (e.g. "sse2 ssse3 sse4.1 avx avx2 fma f16c avx512f ...");
@@ -158,11 +176,37 @@ SMM_API const char *smm_cpu_name(void);
 /* ------------------------------------------------------------------ */
 
 /*
- * Creates a context on `backend`. AUTO picks smm_backend_auto(); the
- * environment variable SMM_BACKEND=reference|cpu|rocm|cuda overrides AUTO
- * (and only AUTO; SMM_BACKEND=auto or unset leaves the choice to the probe).
- * A backend named in SMM_BACKEND that cannot run here is an error, never
- * silently replaced.
+ * Creates a context on `backend`. The environment variable
+ * SMM_BACKEND=reference|cpu|rocm|cuda overrides AUTO (and only AUTO): the
+ * context is then one of that backend. A backend named in SMM_BACKEND that
+ * cannot run here is an error, never silently replaced.
+ * Otherwise (SMM_BACKEND unset, empty or "auto") a context on AUTO runs
+ * each call where its data lives. The platform is probed once per process
+ * (smm_backend_auto, smm_backend_auto_device). Each call of
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and
+ * smm_quantize_i8, before its other argument checks, asks the GPU runtime
+ * where each of its pointers lives (as a GPU context does, see "Device
+ * memory and streams") and runs:
+ *   - on the GPU backend found, when every pointer is device memory of the
+ *     calling thread's current device, managed memory, or host memory
+ *     registered with the runtime and mapped at the same address, and at
+ *     least one is not plain host memory;
+ *   - on the host backend (smm_backend_auto()) when any pointer is plain
+ *     host memory and none is device memory (managed and registered memory
+ *     is read there too), and always when no GPU was found;
+ *   - nowhere when plain host memory and device memory are mixed, or a
+ *     pointer is another device's memory: SMM_ERR_INVALID_ARG, naming the
+ *     pointers, nothing queued or written.
+ * A packed B's memory counts as a pointer: a B packed from device memory
+ * is a device pointer. On an AUTO context, smm_malloc, smm_free,
+ * smm_memcpy, smm_context_set_stream and smm_synchronize work on the GPU
+ * found as on a GPU context; without a GPU they work on host memory, and
+ * smm_memcpy then takes every kind (each is a host copy), so one program
+ * that allocates through smm_malloc and copies with the device kinds runs
+ * on every machine. smm_context_set_num_threads sets the host backend's
+ * threads. smm_context_backend gives the host backend,
+ * smm_context_device_backend the GPU one. The rules for threads are those
+ * of every context ("Threads" below).
  * Errors: SMM_ERR_INVALID_ARG (ctx NULL, backend outside the enum, or
  * SMM_BACKEND set to an unknown name), SMM_ERR_NOT_AVAILABLE (the backend
  * cannot run here; smm_backend_available says why), SMM_ERR_NO_MEMORY.
@@ -189,8 +233,16 @@ SMM_API smm_status smm_context_create_with_allocator(smm_context **ctx,
 /* Frees the context. NULL is a no-op. */
 SMM_API void smm_context_destroy(smm_context *ctx);
 
-/* The concrete backend of a context (never AUTO); AUTO for NULL. */
+/* The concrete backend of a context (never AUTO); for a context created on
+ * AUTO without SMM_BACKEND, the one its host-memory calls run on. AUTO for
+ * NULL. */
 SMM_API smm_backend smm_context_backend(const smm_context *ctx);
+
+/* The GPU backend a context runs device-memory calls on, and whose memory
+ * smm_malloc returns: its own backend on a rocm or cuda context, the GPU
+ * found on a context created on AUTO (smm_backend_auto_device), else (host
+ * contexts, AUTO without a GPU, NULL) SMM_BACKEND_AUTO. */
+SMM_API smm_backend smm_context_device_backend(const smm_context *ctx);
 
 /*
  * Sets the number of threads the context's CPU work uses. 0 (the default)
@@ -206,10 +258,31 @@ SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads
 /* The value set by smm_context_set_num_threads (0 = default); -1 for NULL. */
 SMM_API int smm_context_get_num_threads(const smm_context *ctx);
 
-/* A message describing the last error returned on this context (e.g.
- * "smm_scaled_mm: lda (3) < k (5)"); "" after a success. Valid until the
- * next call on the context. "" for NULL. */
+/* A message describing the last error the calling thread got from a call
+ * on this context (e.g. "smm_scaled_mm: lda (3) < k (5)"); "" after a
+ * success, and "" in a thread that has made no call on the context.
+ * Messages are kept per thread (see "Threads" below): each thread keeps
+ * those of the last 16 contexts it got an error from. Valid until the
+ * calling thread's next call on the context. "" for NULL. */
 SMM_API const char *smm_context_last_error(const smm_context *ctx);
+
+/*
+ * Threads. One context may be used by several threads at the same time for
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b,
+ * smm_quantize_i8, smm_malloc, smm_free, smm_memcpy, smm_synchronize,
+ * smm_context_backend, smm_context_get_num_threads and
+ * smm_context_last_error: these calls only read the context, each call's
+ * working memory is its own, results are those of the same calls made one
+ * after the other, and each thread reads the messages of its own calls only.
+ * On a GPU context concurrent calls are queued on the context's one stream,
+ * in the order the runtime receives them. smm_context_set_num_threads,
+ * smm_context_set_stream and smm_context_destroy change the context: no
+ * other call on the same context may run while one of them does. Each CPU
+ * call runs its own OpenMP team, so concurrent calls each use their
+ * context's thread count (set it to share the cores). A packed B is only
+ * read, and may be used by concurrent calls on any contexts that accept it.
+ * tests/check_threads.c holds this to account.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Device memory and streams (GPU contexts: SMM_BACKEND_ROCM, _CUDA)    */
@@ -219,7 +292,17 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * On a GPU context every matrix, vector and scale pointer passed to
  * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and
  * smm_quantize_i8 is a DEVICE pointer (from smm_malloc or the vendor
- * runtime), and those calls are asynchronous: they are queued in order on
+ * runtime). After the other argument checks, and before anything is queued,
+ * each call asks the runtime where every pointer it reads or writes lives
+ * (cudaPointerGetAttributes / hipPointerGetAttributes on the first byte of
+ * each operand; about 85 ns per pointer on an H200, 0.4 to 0.6 us a call):
+ * device memory of the calling thread's current device and managed memory
+ * are accepted, and so is host memory registered with the runtime
+ * (cudaHostRegister, cudaMallocHost) that the device sees at the same
+ * address (read across the bus: slow, but correct); plain host memory
+ * (malloc, the stack) and another device's memory are SMM_ERR_INVALID_ARG
+ * naming the arguments, with nothing queued; the context stays usable.
+ * Those calls are asynchronous: they are queued in order on
  * the context's stream (the runtime's default stream until
  * smm_context_set_stream) and return once queued; argument errors are still
  * reported before anything is queued, and nothing is written then. Call
@@ -228,9 +311,9 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * smm_context_last_error. On CPU and reference contexts these functions
  * work on host memory (smm_malloc is an aligned host allocation,
  * smm_memcpy with SMM_MEMCPY_HOST_TO_HOST is a memcpy and any other kind is
- * SMM_ERR_INVALID_ARG, smm_synchronize returns at once).
- * SMM_BACKEND_AUTO never picks a GPU backend, since GPU calls take device
- * pointers: a GPU context is always asked for by name.
+ * SMM_ERR_INVALID_ARG, smm_synchronize returns at once). A context
+ * created on AUTO runs each call where its pointers live
+ * (smm_context_create).
  * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed and
  * smm_quantize_i8 only queue kernels, so while the caller captures the
  * stream it gave smm_context_set_stream into a CUDA (or HIP) graph, they
@@ -257,8 +340,9 @@ typedef enum {
 
 /*
  * Allocates `bytes` bytes of the context's memory (device memory on a GPU
- * context, aligned to at least 256 bytes; host memory aligned to 64 bytes
- * elsewhere, taken through the context's allocator). bytes == 0 gives a
+ * context and on an AUTO context with a GPU, aligned to at least 256 bytes;
+ * host memory aligned to 64 bytes elsewhere, taken through the context's
+ * allocator). bytes == 0 gives a
  * valid, unique pointer. Free it with smm_free on the same context, before
  * that context is destroyed.
  * Errors (*ptr set to NULL when ptr is non-NULL): SMM_ERR_INVALID_ARG (ctx
@@ -277,8 +361,9 @@ SMM_API smm_status smm_free(smm_context *ctx, void *ptr);
  * or from host memory returns when the host buffer may be reused (host to
  * device) or holds the data (device to host). Once kind is validated,
  * bytes == 0 does nothing.
+ * On an AUTO context without a GPU every kind is a host copy.
  * Errors: SMM_ERR_INVALID_ARG (ctx NULL, kind outside the enum, a device
- * kind on a context with no device (even with bytes == 0), dst or src NULL
+ * kind on a host context (not AUTO) (even with bytes == 0), dst or src NULL
  * with bytes > 0, or a range that wraps the address space),
  * SMM_ERR_OVERLAP (a copy within one memory whose ranges intersect),
  * SMM_ERR_DEVICE.
@@ -360,6 +445,12 @@ typedef struct smm_scaled_mm_args {
  * SMM_ERR_OVERLAP (C's footprint intersects A, B, scale_a, scale_b, bias,
  * azp, or b_packed's buffer), SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED,
  * SMM_ERR_DEVICE. The b_packed checks are made even when M or N is 0.
+ * On a GPU context, and on an AUTO context with a GPU, also
+ * SMM_ERR_INVALID_ARG for pointers in memory the call cannot run on
+ * (plain host memory on a GPU context, another device's memory, host and
+ * device memory mixed on AUTO), naming them; see "Device memory and
+ * streams" and smm_context_create. The same holds for
+ * smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and smm_quantize_i8.
  */
 SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *args);
 
@@ -413,6 +504,10 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
  *              1 byte per element of B.
  *   rocm, cuda: a device copy of B's rows (ld K), in device memory.
  *   reference: an int8 copy of B (the reference stays the plain loop nest).
+ * On a context created on AUTO, b's memory decides (smm_context_create): a
+ * B in the GPU's memory is packed in the GPU backend's format, a B in host
+ * memory in the host backend's; calls using the packed B then run where
+ * it lives (its buffer counts as one of their pointers).
  * Errors (*out set to NULL when out is non-NULL): SMM_ERR_INVALID_ARG (ctx
  * or out NULL, b NULL with N * K > 0, negative size, ldb < K when N > 1,
  * the byte size of B or of the packed copy overflows), SMM_ERR_NO_MEMORY,

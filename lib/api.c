@@ -79,10 +79,41 @@ static int is_gpu(const smm_context *ctx)
     return ctx->ops->dev_malloc != NULL;
 }
 
+/* The context that owns a context's device memory and stream: an AUTO
+ * context's GPU part when it has one, else the context itself. */
+static smm_context *device_part(smm_context *ctx)
+{
+    return ctx->device ? ctx->device : ctx;
+}
+
+/* Where a call runs, from its pointers' kinds (lib/route.c): on an AUTO
+ * context with a GPU, *target becomes the GPU part when the data is there;
+ * on a GPU context every pointer must be memory its device reads. Else
+ * (host contexts, AUTO without a GPU) nothing is asked. SMM_ERR_INVALID_ARG
+ * names the pointers that decide against the call. */
+static smm_status place(smm_context *ctx, const char *who, const smm_ptr_arg *args, int n,
+                        smm_context **target)
+{
+    *target = ctx;
+    smm_context *gpu = ctx->routed ? ctx->device : (is_gpu(ctx) ? ctx : NULL);
+    if (!gpu || n == 0)
+        return SMM_OK;
+    smm_ptr_kind kinds[SMM_MAX_PTR_ARGS];
+    for (int i = 0; i < n; i++)
+        kinds[i] = gpu->ops->pointer_kind(args[i].ptr);
+    char msg[224];
+    smm_route r = smm_route_decide(args, kinds, n, !ctx->routed, msg, sizeof msg);
+    if (r == SMM_ROUTE_ERROR)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "%s: %s", who, msg);
+    if (r == SMM_ROUTE_DEVICE)
+        *target = gpu;
+    return SMM_OK;
+}
+
 /* The runtime's error as the backend reported it, or a generic message. */
 static smm_status gpu_result(smm_context *ctx, smm_status st, const char *who)
 {
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s: %s backend: %s", who, ctx->ops->name, smm_strerror(st));
     return st;
 }
@@ -93,9 +124,10 @@ SMM_API smm_status smm_malloc(smm_context *ctx, size_t bytes, void **ptr)
         *ptr = NULL;
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!ptr)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_malloc: ptr is NULL");
+    ctx = device_part(ctx);
     if (is_gpu(ctx)) {
         void *p = NULL;
         smm_status st = ctx->ops->dev_malloc(ctx, bytes, &p);
@@ -114,9 +146,10 @@ SMM_API smm_status smm_free(smm_context *ctx, void *ptr)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!ptr)
         return SMM_OK;
+    ctx = device_part(ctx);
     if (is_gpu(ctx))
         return gpu_result(ctx, ctx->ops->dev_free(ctx, ptr), "smm_free");
     smm_host_free(ctx, ptr);
@@ -128,10 +161,14 @@ SMM_API smm_status smm_memcpy(smm_context *ctx, void *dst, const void *src, size
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if ((int)kind < (int)SMM_MEMCPY_HOST_TO_DEVICE || (int)kind > (int)SMM_MEMCPY_HOST_TO_HOST)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_memcpy: unknown kind (%d)", (int)kind);
-    if (kind != SMM_MEMCPY_HOST_TO_HOST && !is_gpu(ctx))
+    /* An AUTO context without a GPU takes every kind: its device memory
+     * is host memory. */
+    const int routed = ctx->routed;
+    ctx = device_part(ctx);
+    if (kind != SMM_MEMCPY_HOST_TO_HOST && !is_gpu(ctx) && !routed)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
                              "smm_memcpy: a device copy (kind %d) on a %s context, which has no "
                              "device", (int)kind, ctx->ops->name);
@@ -162,7 +199,8 @@ SMM_API smm_status smm_context_set_stream(smm_context *ctx, void *stream)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
+    ctx = device_part(ctx);
     if (!is_gpu(ctx)) {
         if (stream)
             return smm_set_error(ctx, SMM_ERR_UNSUPPORTED,
@@ -177,7 +215,8 @@ SMM_API smm_status smm_synchronize(smm_context *ctx)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
+    ctx = device_part(ctx);
     if (!is_gpu(ctx))
         return SMM_OK;
     return gpu_result(ctx, ctx->ops->synchronize(ctx), "smm_synchronize");
@@ -197,23 +236,46 @@ static smm_status run_mm(smm_context *ctx, const smm_mm_problem *p)
     smm_fpenv_enter(&env);
     smm_status st = ctx->ops->mm(ctx, p);
     smm_fpenv_leave(&env);
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
     return st;
+}
+
+/* One matrix multiplication: where it runs (an AUTO context decides from
+ * its pointers, before the argument checks, which depend on the context:
+ * a packed B's format), the checks, a GPU context's check that its device
+ * reads every pointer (after them, before anything is queued), the run. */
+static smm_status mm_call(smm_context *ctx, const smm_mm_problem *args, int raw)
+{
+    smm_context *t = ctx;
+    smm_ptr_arg ptrs[SMM_MAX_PTR_ARGS];
+    const char *who = smm_mm_who(args, raw);
+    smm_status st;
+    if (ctx->routed && args) {
+        st = place(ctx, who, ptrs, smm_mm_pointers(args, raw, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    st = smm_check_mm(t, args, raw);
+    if (st != SMM_OK || args->m == 0 || args->n == 0)
+        return st;
+    if (!ctx->routed) {
+        st = place(ctx, who, ptrs, smm_mm_pointers(args, raw, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    smm_mm_problem p = *args;
+    if (!p.azp)
+        p.azp_len = 0;
+    return run_mm(t, &p);
 }
 
 SMM_API smm_status smm_scaled_mm(smm_context *ctx, const smm_scaled_mm_args *args)
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
-    smm_status st = smm_check_mm(ctx, args, 0);
-    if (st != SMM_OK || args->m == 0 || args->n == 0)
-        return st;
-    smm_mm_problem p = *args;
-    if (!p.azp)
-        p.azp_len = 0;
-    return run_mm(ctx, &p);
+    smm_clear_error(ctx);
+    return mm_call(ctx, args, 0);
 }
 
 SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int64_t k,
@@ -222,7 +284,7 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     smm_mm_problem p = {
         .m = m, .n = n, .k = k,
         .a = a, .lda = lda,
@@ -230,10 +292,7 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
         .c = c, .ldc = ldc,
         .c_dtype = SMM_DTYPE_I32,
     };
-    smm_status st = smm_check_mm(ctx, &p, 1);
-    if (st != SMM_OK || m == 0 || n == 0)
-        return st;
-    return run_mm(ctx, &p);
+    return mm_call(ctx, &p, 1);
 }
 
 SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t n, int64_t k,
@@ -242,7 +301,7 @@ SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t 
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!pb)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_gemm_s8s8s32_packed: pb is NULL");
     smm_mm_problem p = {
@@ -252,10 +311,7 @@ SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t 
         .c_dtype = SMM_DTYPE_I32,
         .b_packed = pb,
     };
-    smm_status st = smm_check_mm(ctx, &p, 1);
-    if (st != SMM_OK || m == 0 || n == 0)
-        return st;
-    return run_mm(ctx, &p);
+    return mm_call(ctx, &p, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -269,12 +325,22 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
         *out = NULL;
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
+    smm_clear_error(ctx);
     if (!out)
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_pack_b: out is NULL");
-    smm_status st = smm_check_pack_b(ctx, n, k, b, ldb);
+    /* B's memory decides where an AUTO context packs it; a GPU context's
+     * device must read it (checked after the arguments, as for mm_call). */
+    smm_ptr_arg ptr = {"b", b};
+    int nptr = n > 0 && k > 0 && b ? 1 : 0;
+    smm_context *t = ctx;
+    smm_status st = ctx->routed ? place(ctx, "smm_pack_b", &ptr, nptr, &t) : SMM_OK;
+    if (st == SMM_OK)
+        st = smm_check_pack_b(t, n, k, b, ldb);
+    if (st == SMM_OK && !ctx->routed)
+        st = place(ctx, "smm_pack_b", &ptr, nptr, &t);
     if (st != SMM_OK)
         return st;
+    ctx = t;
     if (!ctx->ops->pack_b || !ctx->ops->packed_format)
         return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "smm_pack_b: the %s backend has no packed B",
                              ctx->ops->name);
@@ -290,7 +356,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
     st = ctx->ops->pack_b(ctx, b, ldb, pb);
     if (st != SMM_OK) {
         smm_host_free(ctx, pb);
-        if (ctx->last_error[0] == '\0')
+        if (!smm_has_error(ctx))
             smm_set_error(ctx, st, "smm_pack_b: %s backend: %s", ctx->ops->name, smm_strerror(st));
         return st;
     }
@@ -329,10 +395,22 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
 {
     if (!ctx)
         return SMM_ERR_INVALID_ARG;
-    ctx->last_error[0] = '\0';
-    smm_status st = smm_check_quantize(ctx, args);
+    smm_clear_error(ctx);
+    smm_context *t = ctx;
+    smm_ptr_arg ptrs[SMM_MAX_PTR_ARGS];
+    smm_status st = ctx->routed && args
+                        ? place(ctx, "smm_quantize_i8", ptrs, smm_quantize_pointers(args, ptrs), &t)
+                        : SMM_OK;
+    if (st == SMM_OK)
+        st = smm_check_quantize(t, args);
     if (st != SMM_OK || args->m == 0)
         return st;
+    if (!ctx->routed) {
+        st = place(ctx, "smm_quantize_i8", ptrs, smm_quantize_pointers(args, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    ctx = t;
     if (!ctx->ops->quantize)
         return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "the %s backend has no quantizer",
                              ctx->ops->name);
@@ -340,7 +418,7 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
     smm_fpenv_enter(&env);
     st = ctx->ops->quantize(ctx, args);
     smm_fpenv_leave(&env);
-    if (st != SMM_OK && ctx->last_error[0] == '\0')
+    if (st != SMM_OK && !smm_has_error(ctx))
         smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
     return st;
 }

@@ -77,11 +77,15 @@ static int dtype_size(smm_dtype t)
 
 #define FAIL(st, ...) return smm_set_error(ctx, (st), __VA_ARGS__)
 
+const char *smm_mm_who(const smm_mm_problem *p, int raw)
+{
+    return !raw ? "smm_scaled_mm" : (p && p->b_packed) ? "smm_gemm_s8s8s32_packed"
+                                                       : "smm_gemm_s8s8s32";
+}
+
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
 {
-    const char *who = !raw                     ? "smm_scaled_mm"
-                      : (p && p->b_packed) ? "smm_gemm_s8s8s32_packed"
-                                             : "smm_gemm_s8s8s32";
+    const char *who = smm_mm_who(p, raw);
     if (!p)
         FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
     if (p->m < 0 || p->n < 0 || p->k < 0)

@@ -49,6 +49,41 @@ struct smm_packed_b {
     void (*release)(struct smm_packed_b *pb);
 };
 
+/* Where memory lives, as a GPU runtime's pointer attributes tell it (the
+ * pointer_kind op of a GPU backend). */
+typedef enum {
+    SMM_PTR_HOST,          /* host memory the device cannot read at that address
+                              (malloc, the stack; unknown to the runtime) */
+    SMM_PTR_DEVICE,        /* device memory of the calling thread's current device */
+    SMM_PTR_OTHER_DEVICE,  /* device memory of another device */
+    SMM_PTR_MANAGED,       /* managed memory: the host and the device read it */
+    SMM_PTR_REGISTERED     /* page-locked host memory, mapped for the device at
+                              the same address (cudaHostRegister, cudaMallocHost) */
+} smm_ptr_kind;
+
+/* One pointer argument of a call, for the routing and its messages. */
+typedef struct {
+    const char *name;      /* as in the public header: "a", "scale_b", ... */
+    const void *ptr;
+} smm_ptr_arg;
+
+typedef enum { SMM_ROUTE_HOST, SMM_ROUTE_DEVICE, SMM_ROUTE_ERROR } smm_route;
+
+/* lib/route.c: where a call whose n pointers have these kinds runs, on a
+ * GPU context (gpu_context != 0: DEVICE or ERROR) or on an AUTO context
+ * with a GPU (HOST, DEVICE or ERROR). On ERROR, msg (size bytes) says
+ * which pointers and why; else msg is "". */
+smm_route smm_route_decide(const smm_ptr_arg *args, const smm_ptr_kind *kinds, int n,
+                           int gpu_context, char *msg, size_t size) SMM_INTERNAL;
+/* The pointers a call reads or writes (non-NULL, of operands with at least
+ * one element; a packed B's buffer always), as smm_route_decide takes them.
+ * Return how many were written to out. */
+#define SMM_MAX_PTR_ARGS 8
+int smm_mm_pointers(const smm_mm_problem *p, int raw,
+                    smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+int smm_quantize_pointers(const smm_quantize_args *q,
+                          smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+
 typedef struct smm_backend_ops {
     smm_backend id;
     const char *name;
@@ -70,13 +105,16 @@ typedef struct smm_backend_ops {
 
     /* GPU backends only (NULL on host backends, whose memory the framework
      * handles itself). Each returns SMM_OK or SMM_ERR_DEVICE /
-     * SMM_ERR_NO_MEMORY with ctx->last_error set. Arguments are validated. */
+     * SMM_ERR_NO_MEMORY with the message set (ctx->verror). Arguments are validated. */
     smm_status (*dev_malloc)(smm_context *ctx, size_t bytes, void **ptr);
     smm_status (*dev_free)(smm_context *ctx, void *ptr);
     smm_status (*dev_memcpy)(smm_context *ctx, void *dst, const void *src, size_t bytes,
                              smm_memcpy_kind kind);
     smm_status (*set_stream)(smm_context *ctx, void *stream);
     smm_status (*synchronize)(smm_context *ctx);
+    /* Where p's memory lives (any value of p; never fails: memory the
+     * runtime does not know is SMM_PTR_HOST). Thread-safe. */
+    smm_ptr_kind (*pointer_kind)(const void *p);
 } smm_backend_ops;
 
 /*
@@ -92,10 +130,10 @@ typedef struct smm_backend_ops {
  * The entry loads the vendor runtime and counts devices; it returns the
  * ops table when at least one device is usable, else NULL with *reason
  * (a static string) saying why. It prints nothing. The plugin cannot call
- * the framework's hidden functions: it writes ctx->last_error itself and
+ * the framework's hidden functions: it records messages through ctx->verror and
  * allocates host memory through ctx->alloc.
  */
-#define SMM_GPU_PLUGIN_ABI 1
+#define SMM_GPU_PLUGIN_ABI 2
 #define SMM_GPU_PLUGIN_ENTRY "smm_gpu_plugin_entry"
 typedef const smm_backend_ops *(*smm_gpu_plugin_entry_fn)(int abi, const char **reason);
 
@@ -106,7 +144,17 @@ struct smm_context {
     smm_allocator alloc;
     void *backend_data;
     void *stream;             /* GPU contexts: the stream work is queued on */
-    char last_error[256];
+    /* An AUTO context (routed != 0) runs each call where its data lives
+     * (lib/route.c): on itself (the host backend) or on `device`, a
+     * context of the GPU backend found (NULL: none), which shares its
+     * error_id. */
+    int routed;
+    smm_context *device;
+    /* Identifies the context's messages (lib/context.c keeps them per
+     * thread); verror records one (smm_verror: a plugin cannot call the
+     * framework's hidden functions, so it calls this). */
+    uint64_t error_id;
+    smm_status (*verror)(smm_context *ctx, smm_status status, const char *fmt, va_list ap);
 };
 
 /* Backends (each defined in its own file). */
@@ -120,9 +168,15 @@ void smm_host_free(smm_context *ctx, void *p) SMM_INTERNAL;
 /* Threads a CPU backend should use for this call (>= 1). */
 int smm_threads(const smm_context *ctx) SMM_INTERNAL;
 
-/* Records a printf-style message as ctx->last_error; returns status. */
+/* Records a printf-style message as the calling thread's last error on ctx
+ * (smm_context_last_error); returns status. */
 smm_status smm_set_error(smm_context *ctx, smm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4))) SMM_INTERNAL;
+smm_status smm_verror(smm_context *ctx, smm_status status, const char *fmt, va_list ap)
+    SMM_INTERNAL;
+/* Clears the calling thread's message on ctx; whether it holds one. */
+void smm_clear_error(const smm_context *ctx) SMM_INTERNAL;
+int smm_has_error(const smm_context *ctx) SMM_INTERNAL;
 
 /* Floating-point environment of the contract (round to nearest even, no
  * flush-to-zero, no denormals-are-zero, exceptions masked) for the calling
@@ -138,6 +192,8 @@ void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
  * set on ctx. raw != 0 checks an smm_gemm_s8s8s32 problem (c_dtype I32, no
  * scales), raw == 0 an smm_scaled_mm one. */
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw) SMM_INTERNAL;
+/* The public function a problem came from ("smm_scaled_mm", ...), for messages. */
+const char *smm_mm_who(const smm_mm_problem *p, int raw) SMM_INTERNAL;
 smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
 /* smm_pack_b's B: sizes, pointer, ldb, footprint. */
 smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,

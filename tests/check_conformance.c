@@ -475,5 +475,5 @@ static Suite *conformance_suite(void)
 
 int main(void)
 {
-    return tu_main(conformance_suite(), "check_conformance");
+    return tu_main_gpu(conformance_suite(), "check_conformance");
 }

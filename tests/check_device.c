@@ -68,9 +68,14 @@ START_TEST(test_gpu_probe_reasons)
     if (!smm_backend_available(SMM_BACKEND_ROCM, &why))
         ck_assert_msg(strncmp(why, "libscaledmm-rocm.so: ", 21) == 0, "rocm: \"%s\"", why);
 #endif
-    /* AUTO never picks a GPU backend (their calls take device pointers). */
-    if (!getenv("SMM_BACKEND"))
+    /* AUTO's host backend is a host backend; its GPU one a GPU backend. */
+    if (!getenv("SMM_BACKEND")) {
         ck_assert(!is_gpu(smm_backend_auto()));
+        smm_backend dev = smm_backend_auto_device(&why);
+        ck_assert(dev == SMM_BACKEND_AUTO || (is_gpu(dev) && smm_backend_available(dev, NULL)));
+        printf("check_device: AUTO: device data -> %s (%s)\n",
+               dev == SMM_BACKEND_AUTO ? "none" : smm_backend_name(dev), why);
+    }
 }
 END_TEST
 
@@ -474,6 +479,351 @@ START_TEST(test_packed_b_in_context_memory)
 }
 END_TEST
 
+/* ---- where the data lives: GPU contexts and AUTO (lib/route.c) ---- */
+
+/* A random scaled_mm problem with bias and per-token azp, its inputs on
+ * the host, and the reference's output (f32). */
+typedef struct {
+    int64_t m, n, k;
+    int8_t *a, *b;
+    float *sa, *sb, *bias, *cref;
+    int32_t *azp;
+} route_problem;
+
+static void route_problem_make(cf_rng *r, smm_context *ref, route_problem *p)
+{
+    p->m = cf_rng_range(r, 1, 33);
+    p->n = cf_rng_range(r, 1, 70);
+    p->k = cf_rng_range(r, 1, 200);
+    p->a = malloc((size_t)(p->m * p->k));
+    p->b = malloc((size_t)(p->n * p->k));
+    p->sa = malloc((size_t)p->m * 4);
+    p->sb = malloc((size_t)p->n * 4);
+    p->bias = malloc((size_t)p->n * 4);
+    p->azp = malloc((size_t)p->m * 4);
+    p->cref = malloc((size_t)(p->m * p->n) * 4);
+    ck_assert(p->a && p->b && p->sa && p->sb && p->bias && p->azp && p->cref);
+    cf_fill_i8(r, p->a, p->m, p->k, p->k, CF_VALUES_UNIFORM);
+    cf_fill_i8(r, p->b, p->n, p->k, p->k, CF_VALUES_UNIFORM);
+    for (int64_t i = 0; i < p->m; i++) {
+        p->sa[i] = (float)cf_rng_range(r, 1, 4000) / 1024.0f;
+        p->azp[i] = (int32_t)cf_rng_range(r, -128, 127);
+    }
+    for (int64_t i = 0; i < p->n; i++) {
+        p->sb[i] = (float)cf_rng_range(r, 1, 4000) / 2048.0f;
+        p->bias[i] = (float)cf_rng_range(r, -5000, 5000) / 16.0f;
+    }
+    smm_scaled_mm_args args = {.m = p->m, .n = p->n, .k = p->k, .a = p->a, .lda = p->k,
+                               .b = p->b, .ldb = p->k, .scale_a = p->sa, .scale_a_len = p->m,
+                               .scale_b = p->sb, .scale_b_len = p->n, .bias = p->bias,
+                               .azp = p->azp, .azp_len = p->m, .c = p->cref, .ldc = p->n,
+                               .c_dtype = SMM_DTYPE_F32};
+    memset(p->cref, 0xA5, (size_t)(p->m * p->n) * 4);
+    ck_assert_int_eq(smm_scaled_mm(ref, &args), SMM_OK);
+}
+
+static void route_problem_free(route_problem *p)
+{
+    free(p->a);
+    free(p->b);
+    free(p->sa);
+    free(p->sb);
+    free(p->bias);
+    free(p->azp);
+    free(p->cref);
+}
+
+/* The problem's inputs and a poisoned C in ctx's memory (smm_malloc). */
+typedef struct {
+    void *a, *b, *sa, *sb, *bias, *azp, *c;
+} route_dev;
+
+static void *to_ctx(smm_context *ctx, const void *src, size_t bytes)
+{
+    void *d = NULL;
+    ck_assert_int_eq(smm_malloc(ctx, bytes, &d), SMM_OK);
+    ck_assert_int_eq(smm_memcpy(ctx, d, src, bytes, SMM_MEMCPY_HOST_TO_DEVICE), SMM_OK);
+    return d;
+}
+
+static void route_dev_make(smm_context *ctx, const route_problem *p, route_dev *d)
+{
+    d->a = to_ctx(ctx, p->a, (size_t)(p->m * p->k));
+    d->b = to_ctx(ctx, p->b, (size_t)(p->n * p->k));
+    d->sa = to_ctx(ctx, p->sa, (size_t)p->m * 4);
+    d->sb = to_ctx(ctx, p->sb, (size_t)p->n * 4);
+    d->bias = to_ctx(ctx, p->bias, (size_t)p->n * 4);
+    d->azp = to_ctx(ctx, p->azp, (size_t)p->m * 4);
+    size_t cb = (size_t)(p->m * p->n) * 4;
+    unsigned char *poison = malloc(cb);
+    ck_assert_ptr_nonnull(poison);
+    memset(poison, 0x5A, cb);
+    d->c = to_ctx(ctx, poison, cb);
+    free(poison);
+}
+
+static void route_dev_free(smm_context *ctx, route_dev *d)
+{
+    void *all[7] = {d->a, d->b, d->sa, d->sb, d->bias, d->azp, d->c};
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_eq(smm_free(ctx, all[i]), SMM_OK);
+}
+
+static smm_scaled_mm_args route_args(const route_problem *p, const route_dev *d)
+{
+    smm_scaled_mm_args args = {.m = p->m, .n = p->n, .k = p->k, .a = d->a, .lda = p->k,
+                               .b = d->b, .ldb = p->k, .scale_a = d->sa, .scale_a_len = p->m,
+                               .scale_b = d->sb, .scale_b_len = p->n, .bias = d->bias,
+                               .azp = d->azp, .azp_len = p->m, .c = d->c, .ldc = p->n,
+                               .c_dtype = SMM_DTYPE_F32};
+    return args;
+}
+
+/* C copied back from ctx's memory: the reference's bits, or all poison. */
+static void expect_c(smm_context *ctx, const route_problem *p, const route_dev *d, int written,
+                     const char *what)
+{
+    size_t cb = (size_t)(p->m * p->n) * 4;
+    unsigned char *back = malloc(cb);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_int_eq(smm_synchronize(ctx), SMM_OK);
+    ck_assert_int_eq(smm_memcpy(ctx, back, d->c, cb, SMM_MEMCPY_DEVICE_TO_HOST), SMM_OK);
+    if (written) {
+        ck_assert_msg(memcmp(back, p->cref, cb) == 0,
+                      "%s: differs from the reference (m %" PRId64 " n %" PRId64 " k %" PRId64
+                      "; SMM_TEST_SEED=0x%016" PRIx64 ")", what, p->m, p->n, p->k, tu_seed);
+    } else {
+        for (size_t i = 0; i < cb; i++)
+            ck_assert_msg(back[i] == 0x5A, "%s: C written at byte %zu", what, i);
+    }
+    free(back);
+}
+
+/* The contexts whose memory is a GPU's: every GPU backend that runs here,
+ * and AUTO when it found one. */
+static int gpu_memory_contexts(smm_context *out[3], int with_auto)
+{
+    int n = 0;
+    static const smm_backend gpus[2] = {SMM_BACKEND_ROCM, SMM_BACKEND_CUDA};
+    for (int i = 0; i < 2; i++)
+        if (tu_backend_selected(gpus[i]) && smm_backend_available(gpus[i], NULL))
+            out[n++] = tu_ctx(gpus[i], 0);
+    if (with_auto && !getenv("SMM_BACKEND")) {
+        smm_context *a = tu_ctx(SMM_BACKEND_AUTO, 0);
+        if (smm_context_device_backend(a) != SMM_BACKEND_AUTO &&
+            tu_backend_selected(smm_context_device_backend(a)))
+            out[n++] = a;
+        else
+            smm_context_destroy(a);
+    }
+    if (n == 0)
+        printf("check_device: no GPU here: the GPU routing tests have nothing to run\n");
+    return n;
+}
+
+/* A GPU context (and AUTO with a GPU) refuses host memory it cannot read,
+ * argument by argument, naming it, with nothing queued or written; the
+ * next valid call on the same context succeeds, bit for bit. */
+START_TEST(test_gpu_refuses_host_pointers)
+{
+    cf_rng r = tu_rng("gpu_refuses_host_pointers");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0), *ctxs[3];
+    int nc = gpu_memory_contexts(ctxs, 0);
+    for (int i = 0; i < nc; i++) {
+        smm_context *ctx = ctxs[i];
+        const char *name = smm_backend_name(smm_context_device_backend(ctx));
+        route_problem p;
+        route_dev d;
+        route_problem_make(&r, ref, &p);
+        route_dev_make(ctx, &p, &d);
+        float *hc = malloc((size_t)(p.m * p.n) * 4);
+        ck_assert_ptr_nonnull(hc);
+        const void *host[7] = {p.a, p.b, p.sa, p.sb, p.bias, p.azp, hc};
+        static const char *const names[7] = {"a", "b", "scale_a", "scale_b", "bias", "azp", "c"};
+        for (int j = 0; j < 7; j++) {
+            smm_scaled_mm_args args = route_args(&p, &d);
+            const void **slot[7] = {(const void **)&args.a, (const void **)&args.b,
+                                    (const void **)&args.scale_a, (const void **)&args.scale_b,
+                                    (const void **)&args.bias, (const void **)&args.azp,
+                                    (const void **)&args.c};
+            *slot[j] = host[j];
+            ck_assert_int_eq(smm_scaled_mm(ctx, &args), SMM_ERR_INVALID_ARG);
+            char want[64];
+            snprintf(want, sizeof want, "smm_scaled_mm: %s is host memory", names[j]);
+            ck_assert_msg(strstr(smm_context_last_error(ctx), want) != NULL, "%s: \"%s\"", name,
+                          smm_context_last_error(ctx));
+            expect_c(ctx, &p, &d, 0, "refused call");
+        }
+        /* The other calls, each with one host pointer. */
+        ck_assert_int_eq(smm_gemm_s8s8s32(ctx, p.m, p.n, p.k, p.a, p.k, d.b, p.k, d.c, p.n),
+                         SMM_ERR_INVALID_ARG);
+        ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "a is host memory"));
+        smm_packed_b *pb = (smm_packed_b *)1;
+        ck_assert_int_eq(smm_pack_b(ctx, p.n, p.k, p.b, p.k, &pb), SMM_ERR_INVALID_ARG);
+        ck_assert_ptr_null(pb);
+        ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "smm_pack_b: b is host memory"));
+        ck_assert_int_eq(smm_pack_b(ctx, p.n, p.k, d.b, p.k, &pb), SMM_OK);
+        ck_assert_int_eq(smm_gemm_s8s8s32_packed(ctx, p.m, p.n, p.k, d.a, p.k, pb,
+                                                 (int32_t *)hc, p.n), SMM_ERR_INVALID_ARG);
+        ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "c is host memory"));
+        smm_packed_b_destroy(pb);
+        smm_quantize_args q = {.m = p.m, .k = p.n, .x = hc, .x_dtype = SMM_DTYPE_F32,
+                               .ldx = p.n, .q = d.a, .ldq = p.n, .scale = d.sa,
+                               .mode = SMM_QUANT_DYNAMIC_PER_TOKEN};
+        if (p.n <= p.k) {   /* q (d.a) holds m x k >= m x n bytes */
+            ck_assert_int_eq(smm_quantize_i8(ctx, &q), SMM_ERR_INVALID_ARG);
+            ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "x is host memory"));
+        }
+        expect_c(ctx, &p, &d, 0, "refused calls");
+        /* The context is still usable: a valid call succeeds. */
+        smm_scaled_mm_args args = route_args(&p, &d);
+        ck_assert_int_eq(smm_scaled_mm(ctx, &args), SMM_OK);
+        ck_assert_str_eq(smm_context_last_error(ctx), "");
+        expect_c(ctx, &p, &d, 1, name);
+        free(hc);
+        route_dev_free(ctx, &d);
+        route_problem_free(&p);
+        smm_context_destroy(ctx);
+    }
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* AUTO with device pointers runs on the GPU it found (bit for bit the
+ * reference), with host pointers on the host; mixed pointers are refused,
+ * naming them, with nothing written. */
+START_TEST(test_auto_routes_by_memory)
+{
+    cf_rng r = tu_rng("auto_routes_by_memory");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0), *ctxs[3];
+    int nc = gpu_memory_contexts(ctxs, 1);
+    for (int i = 0; i < nc; i++) {
+        smm_context *ctx = ctxs[i];
+        if (smm_context_device_backend(ctx) == smm_context_backend(ctx)) {
+            smm_context_destroy(ctx);   /* a plain GPU context: not AUTO */
+            continue;
+        }
+        const char *name = smm_backend_name(smm_context_device_backend(ctx));
+        for (int rep = 0; rep < 4; rep++) {
+            route_problem p;
+            route_dev d;
+            route_problem_make(&r, ref, &p);
+            route_dev_make(ctx, &p, &d);
+            smm_scaled_mm_args args = route_args(&p, &d);
+            ck_assert_int_eq(smm_scaled_mm(ctx, &args), SMM_OK);
+            expect_c(ctx, &p, &d, 1, name);
+            /* Host pointers on the same context: the host backend. */
+            float *hc = malloc((size_t)(p.m * p.n) * 4);
+            ck_assert_ptr_nonnull(hc);
+            memset(hc, 0x5A, (size_t)(p.m * p.n) * 4);
+            smm_scaled_mm_args h = {.m = p.m, .n = p.n, .k = p.k, .a = p.a, .lda = p.k,
+                                    .b = p.b, .ldb = p.k, .scale_a = p.sa,
+                                    .scale_a_len = p.m, .scale_b = p.sb, .scale_b_len = p.n,
+                                    .bias = p.bias, .azp = p.azp, .azp_len = p.m, .c = hc,
+                                    .ldc = p.n, .c_dtype = SMM_DTYPE_F32};
+            ck_assert_int_eq(smm_scaled_mm(ctx, &h), SMM_OK);
+            ck_assert_int_eq(memcmp(hc, p.cref, (size_t)(p.m * p.n) * 4), 0);
+            /* Mixed: device A and C, host B and scales. */
+            memset(hc, 0x5A, (size_t)(p.m * p.n) * 4);
+            smm_scaled_mm_args mix = args;
+            mix.b = p.b;
+            mix.scale_a = p.sa;
+            ck_assert_int_eq(smm_scaled_mm(ctx, &mix), SMM_ERR_INVALID_ARG);
+            ck_assert_str_eq(smm_context_last_error(ctx),
+                             "smm_scaled_mm: a, c, scale_b, bias, azp are device memory and b, "
+                             "scale_a are host memory: the pointers of one call must all be in "
+                             "host memory or all in the device's");
+            mix = h;   /* host everything but C */
+            mix.c = d.c;
+            ck_assert_int_eq(smm_scaled_mm(ctx, &mix), SMM_ERR_INVALID_ARG);
+            ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "c is device memory"));
+            expect_c(ctx, &p, &d, 1, "unchanged after the refusals");
+            /* A B packed from device memory is a device pointer. */
+            smm_packed_b *pb = NULL;
+            ck_assert_int_eq(smm_pack_b(ctx, p.n, p.k, d.b, p.k, &pb), SMM_OK);
+            ck_assert_msg(strncmp(smm_packed_b_format(pb), name, strlen(name)) == 0, "\"%s\"",
+                          smm_packed_b_format(pb));
+            args.b = NULL;
+            args.b_packed = pb;
+            ck_assert_int_eq(smm_scaled_mm(ctx, &args), SMM_OK);
+            expect_c(ctx, &p, &d, 1, "AUTO, B packed on the device");
+            h.b = NULL;
+            h.b_packed = pb;   /* device B, host rest */
+            ck_assert_int_eq(smm_scaled_mm(ctx, &h), SMM_ERR_INVALID_ARG);
+            ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "b_packed"));
+            smm_packed_b_destroy(pb);
+            free(hc);
+            route_dev_free(ctx, &d);
+            route_problem_free(&p);
+        }
+        smm_context_destroy(ctx);
+    }
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* The conformance battery through an AUTO context: its smm_malloc memory
+ * is the GPU's when it found one (the battery stages every input there),
+ * host memory otherwise. */
+START_TEST(test_auto_conformance)
+{
+    if (getenv("SMM_BACKEND") && *getenv("SMM_BACKEND"))
+        return;
+    smm_context *ctx = tu_ctx(SMM_BACKEND_AUTO, 0), *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    if (!tu_backend_selected(smm_context_device_backend(ctx)) &&
+        smm_context_device_backend(ctx) != SMM_BACKEND_AUTO) {
+        smm_context_destroy(ctx);
+        smm_context_destroy(ref);
+        return;
+    }
+    cf_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.seed = tu_seed;
+    opt.quick = 1;
+    cf_report *rep = calloc(1, sizeof *rep);
+    ck_assert_ptr_nonnull(rep);
+    int failures = cf_run_battery(ctx, ref, &opt, rep);
+    smm_backend dev = smm_context_device_backend(ctx);
+    printf("check_device: conformance battery through AUTO (device data -> %s): %d failures\n",
+           dev == SMM_BACKEND_AUTO ? "none" : smm_backend_name(dev), failures);
+    ck_assert_msg(failures == 0, "AUTO: %s (SMM_TEST_SEED=0x%016" PRIx64 ")", rep->first_failure,
+                  tu_seed);
+    free(rep);
+    smm_context_destroy(ctx);
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* A context on AUTO under allocation failures: each of its allocations
+ * (the context, the host backend's state, and with a GPU the GPU part)
+ * fails in turn; creation reports SMM_ERR_NO_MEMORY and leaks nothing. */
+START_TEST(test_auto_allocation_failures)
+{
+    if (getenv("SMM_BACKEND") && *getenv("SMM_BACKEND"))
+        return;
+    tu_counting cnt;
+    int failed = 0;
+    for (int64_t at = 0; at < 16; at++) {
+        tu_counting_init(&cnt);
+        tu_counting_fail_in(&cnt, at);
+        smm_allocator al = tu_counting_allocator(&cnt);
+        smm_context *ctx = (smm_context *)1;
+        smm_status st = smm_context_create_with_allocator(&ctx, SMM_BACKEND_AUTO, &al);
+        if (st == SMM_OK) {
+            ck_assert_ptr_nonnull(ctx);
+            smm_context_destroy(ctx);
+            ck_assert_int_eq(cnt.live, 0);
+            break;   /* fewer allocations than `at`: every one has failed once */
+        }
+        failed++;
+        ck_assert_int_eq(st, SMM_ERR_NO_MEMORY);
+        ck_assert_ptr_null(ctx);
+        ck_assert_int_eq(cnt.live, 0);
+    }
+    ck_assert_int_ge(failed, 1);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
     Suite *s = suite_create("device");
@@ -487,10 +837,14 @@ static Suite *device_suite(void)
     tcase_add_test(tc, test_stream_synchronize);
     tcase_add_test(tc, test_checks_do_not_read_data);
     tcase_add_test(tc, test_packed_b_in_context_memory);
+    tcase_add_test(tc, test_gpu_refuses_host_pointers);
+    tcase_add_test(tc, test_auto_routes_by_memory);
+    tcase_add_test(tc, test_auto_conformance);
+    tcase_add_test(tc, test_auto_allocation_failures);
     return s;
 }
 
 int main(void)
 {
-    return tu_main(device_suite(), "check_device");
+    return tu_main_gpu(device_suite(), "check_device");
 }

@@ -148,5 +148,5 @@ static Suite *quantize_suite(void)
 
 int main(void)
 {
-    return tu_main(quantize_suite(), "check_quantize");
+    return tu_main_gpu(quantize_suite(), "check_quantize");
 }

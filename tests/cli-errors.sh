@@ -11,7 +11,10 @@
 #   (exit status 2), not a path to "/config.json"; so is `bench` with both
 #   --model and --checkpoint;
 # - `info --json` with an SMM_BACKEND that makes contexts on AUTO fail
-#   gives "auto": null, as the text says "AUTO picks: nothing".
+#   gives "auto": null, as the text says "AUTO: nothing"; otherwise the
+#   text gives AUTO's whole answer ("host data -> ...; device data -> ...");
+# - `check` with an SMM_BACKEND that names no backend fails (exit status 1)
+#   and says so, as info and bench do, instead of checking other backends.
 #
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
@@ -101,4 +104,14 @@ for backend in bogus reference; do
         echo "ok: SMM_BACKEND=$backend scaledmm info --json: $want"
     fi
 done
+SMM_BACKEND=cdua "$SCALEDMM" check --quick >/dev/null 2>"$err"
+rc=$?
+expect 1 "SMM_BACKEND=cdua is not a backend name" "SMM_BACKEND=cdua scaledmm check --quick"
+out=$(env -u SMM_BACKEND "$SCALEDMM" info 2>"$err")
+if ! printf '%s\n' "$out" | grep -q "^AUTO: *host data -> .*; device data -> "; then
+    echo "FAIL: scaledmm info: no line \"AUTO: host data -> ...; device data -> ...\":"
+    printf '%s\n' "$out"; fail=1
+else
+    echo "ok: scaledmm info: $(printf '%s\n' "$out" | grep "^AUTO:")"
+fi
 exit $fail

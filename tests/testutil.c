@@ -1,6 +1,7 @@
 /*
  * testutil.c - helpers shared by the Check suites (see testutil.h).
  */
+#include "config.h"
 #include "testutil.h"
 
 #include <inttypes.h>
@@ -224,4 +225,35 @@ int tu_thread_counts(smm_backend b, int out[3])
     out[1] = 2;
     out[2] = 3;
     return 3;
+}
+
+int tu_main_gpu(Suite *s, const char *name)
+{
+    int rc = tu_main(s, name);
+    if (rc != EXIT_SUCCESS)
+        return rc;
+    /* The GPU backends this tree builds: when one cannot run here, this
+     * suite's GPU part did not run, and a PASS would say more than it did. */
+    static const struct { smm_backend b; int built; } gpus[] = {
+#ifdef SMM_BUILD_ROCM
+        {SMM_BACKEND_ROCM, 1},
+#else
+        {SMM_BACKEND_ROCM, 0},
+#endif
+#ifdef SMM_BUILD_CUDA
+        {SMM_BACKEND_CUDA, 1},
+#else
+        {SMM_BACKEND_CUDA, 0},
+#endif
+    };
+    for (int i = 0; i < 2; i++) {
+        const char *why = "";
+        if (gpus[i].built && tu_backend_selected(gpus[i].b) &&
+            !smm_backend_available(gpus[i].b, &why)) {
+            printf("%s: SKIP: the host part passed; the %s part cannot run here: %s\n", name,
+                   smm_backend_name(gpus[i].b), why ? why : "");
+            return 77;
+        }
+    }
+    return rc;
 }

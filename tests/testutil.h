@@ -28,6 +28,12 @@ cf_rng tu_rng(const char *test_name);
  * hard error, with nothing run, when SMM_TEST_SEED is set but not a seed). */
 int tu_main(Suite *s, const char *name);
 
+/* tu_main for a suite with a GPU part (it tests every backend tu_backends
+ * gives): when the build has a GPU backend (configure --with-rocm or
+ * --with-cuda) that cannot run here, a passing run exits 77 (automake's
+ * SKIP) and prints why, instead of 0. */
+int tu_main_gpu(Suite *s, const char *name);
+
 /* Adds a test case named `name` with a timeout of `timeout_s` seconds
  * (tests run under sanitizers in CI: keep these generous). */
 TCase *tu_tcase(Suite *s, const char *name, double timeout_s);

@@ -21,11 +21,10 @@
 #define COPY_MIN ((size_t)64 << 20)
 
 /* The copy kind for ctx: on a context without a device (--device-api on
- * a CPU backend) smm_malloc memory is host memory. */
+ * a CPU backend, or AUTO without a GPU) smm_malloc memory is host memory. */
 static smm_memcpy_kind kind_for(smm_context *ctx, smm_memcpy_kind kind)
 {
-    const smm_backend b = smm_context_backend(ctx);
-    return b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA ? kind : SMM_MEMCPY_HOST_TO_HOST;
+    return smm_context_device_backend(ctx) != SMM_BACKEND_AUTO ? kind : SMM_MEMCPY_HOST_TO_HOST;
 }
 
 int bench_weights_to_device(bench_weights *w, smm_context *ctx, int pack, char *err,

@@ -23,8 +23,10 @@ void cmd_check_help(FILE *f)
           "Runs the conformance battery (smm_gemm_s8s8s32, smm_scaled_mm in every\n"
           "output type and scale mode, with and without bias and zero points,\n"
           "strided views, tails, extreme values; smm_quantize_i8 in every mode) on\n"
-          "each available non-reference backend, or on the one named, and compares\n"
-          "every output bit for bit with the reference backend. When only the\n"
+          "each available non-reference backend, or on the one named (--backend;\n"
+          "else SMM_BACKEND, when set, as for every AUTO context: a name that is no\n"
+          "backend, or one that cannot run here, is an error), and compares every\n"
+          "output bit for bit with the reference backend. When only the\n"
           "reference can run here, it is checked against itself (and the output\n"
           "says so). Progress goes to stderr when stderr is a terminal.\n"
           "\n"
@@ -198,8 +200,16 @@ int cmd_check(int argc, char **argv)
             return EXIT_USAGE;
     }
 
-    /* Which backends: the one named, else every available non-reference
-     * one, else the reference against itself. */
+    /* Which backends: the one named (--backend, else SMM_BACKEND through
+     * AUTO: a name that is no backend, or one that cannot run here, fails
+     * as in info and bench), else every available non-reference one, else
+     * the reference against itself. */
+    if (!have_backend && getenv("SMM_BACKEND") && *getenv("SMM_BACKEND") &&
+        (smm_backend_from_name(getenv("SMM_BACKEND"), &named) != SMM_OK ||
+         named != SMM_BACKEND_AUTO)) {
+        named = SMM_BACKEND_AUTO;
+        have_backend = 1;
+    }
     if (have_backend) {
         smm_context *probe = NULL;
         if (cli_open_backend("check", named, &probe) != 0)

@@ -1,7 +1,8 @@
 /*
  * cmd_info.c - `scaledmm info`: library and contract versions, CPU name and
- * features, every backend with whether it can run here and why, the backend
- * AUTO picks, the default thread count. Text, or JSON with --json.
+ * features, every backend with whether it can run here and why, AUTO's
+ * answer (where host data and device data run), the default thread count.
+ * Text, or JSON with --json.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -33,7 +34,9 @@ void cmd_info_help(FILE *f)
           "The GPU backends are plugins (libscaledmm-rocm.so, libscaledmm-cuda.so)\n"
           "loaded from $SMM_GPU_PLUGIN_DIR when set, else from the library's install\n"
           "folder; their line says why one cannot run (not built, runtime library\n"
-          "missing, no device). AUTO picks host backends only.\n"
+          "missing, no device). The AUTO line gives AUTO's whole answer: the backend\n"
+          "host data runs on and the GPU backend device data runs on (a context on\n"
+          "AUTO runs each call where its pointers live), or what SMM_BACKEND names.\n"
           "\n"
           "Options:\n"
           "  --json       print one JSON object on stdout instead of text\n"
@@ -92,6 +95,15 @@ static int print_json(const char *env)
      * cannot run here, or an unknown name). */
     b = auto_context(&why);
     json_object_set_new(doc, "auto", why ? json_null() : json_string(smm_backend_name(b)));
+    {
+        const char *answer = "";
+        smm_backend dev = smm_backend_auto_device(NULL);
+        (void)smm_backend_available(SMM_BACKEND_AUTO, &answer);
+        json_object_set_new(doc, "auto_answer", json_string(answer ? answer : ""));
+        json_object_set_new(doc, "auto_device",
+                            why || dev == SMM_BACKEND_AUTO ? json_null()
+                                                           : json_string(smm_backend_name(dev)));
+    }
     json_object_set_new(doc, "smm_backend_env", env ? json_string(env) : json_null());
     json_object_set_new(doc, "gpu_plugin_dir_env",
                         getenv("SMM_GPU_PLUGIN_DIR") ? json_string(getenv("SMM_GPU_PLUGIN_DIR"))
@@ -139,21 +151,18 @@ static int print_text(const char *env)
     if (why) {
         /* An SMM_BACKEND that names no backend, or one that cannot run
          * here: there is no pick. */
-        printf("AUTO picks:      nothing: contexts created on AUTO fail (%s)", why);
+        printf("AUTO:            nothing: contexts created on AUTO fail (%s)", why);
         if (env)
             printf("; SMM_BACKEND=%s is not a backend that runs here", env);
         putchar('\n');
         return EXIT_PASS; /* write errors: reported by main */
     }
-    printf("AUTO picks:      %s", smm_backend_name(smm_backend_auto()));
-    if (env)
-        printf(" (SMM_BACKEND=%s)", env);
-    else
-        printf(" (SMM_BACKEND not set)");
+    const char *answer = "";
+    (void)smm_backend_available(SMM_BACKEND_AUTO, &answer);
+    printf("AUTO:            %s\n", answer ? answer : "");
     if (b != smm_backend_auto())  /* not expected; say it if it happens */
-        printf("; contexts created on AUTO run on %s\n", smm_backend_name(b));
-    else
-        putchar('\n');
+        printf("                 (but contexts created on AUTO run on %s)\n",
+               smm_backend_name(b));
     return EXIT_PASS; /* write errors: reported by main */
 }
 

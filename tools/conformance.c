@@ -363,8 +363,9 @@ static void snap_free(cf_snaps *sn)
  */
 static int is_device_ctx(const smm_context *ctx)
 {
-    smm_backend b = smm_context_backend(ctx);
-    return b == SMM_BACKEND_ROCM || b == SMM_BACKEND_CUDA;
+    /* A GPU context, or an AUTO context with a GPU: its smm_malloc memory
+     * is device memory, and calls given it run on the GPU. */
+    return smm_context_device_backend(ctx) != SMM_BACKEND_AUTO;
 }
 
 typedef struct cf_staged {
@@ -384,8 +385,8 @@ typedef struct cf_stage {
 
 static int stage_fail(cf_stage *st, const char *what, smm_status s, char *msg, size_t msgsz)
 {
-    appendf(msg, msgsz, "staging on %s: %s: %s (%s)", smm_backend_name(smm_context_backend(st->ctx)),
-            what, smm_strerror(s), smm_context_last_error(st->ctx));
+    appendf(msg, msgsz, "staging on %s: %s: %s (%s)",
+            smm_backend_name(smm_context_device_backend(st->ctx)), what, smm_strerror(s), smm_context_last_error(st->ctx));
     return -1;
 }
 

@@ -24,7 +24,7 @@
 #endif
 
 static const command commands[] = {
-    { "info",  "show the library, CPU and backends (which one AUTO picks)",
+    { "info",  "show the library, CPU and backends (and where AUTO runs calls)",
       cmd_info, cmd_info_help },
     { "check", "run the conformance battery on each backend against the reference",
       cmd_check, cmd_check_help },

@@ -11,7 +11,9 @@
  *   gpuErrorMemoryAllocation, gpuErrorNotSupported, gpuErrorInvalidValue,
  *   gpuMemcpyKind values, gpuStreamSynchronize, gpuGetDeviceCount,
  *   gpuGetErrorString, gpuGetLastError, gpuDeviceProp_t, gpuGetDeviceProperties,
- *   gpuGetDevice, gpuFuncSetMaxDynamicSharedMemory;
+ *   gpuGetDevice, gpuFuncSetMaxDynamicSharedMemory, gpuPointerAttributes_t,
+ *   gpuPointerGetAttributes, gpuMemoryTypeDevice, gpuMemoryTypeHost,
+ *   SMM_GPU_PTR_TYPE(attributes), SMM_GPU_PTR_MANAGED(attributes);
  *   SMM_TID_X/Y/Z, SMM_BID_X/Y/Z, SMM_BDIM_X/Y/Z, SMM_GDIM_X (device code);
  *   SMM_HD (host and device inline), SMM_DEV (device inline);
  *   SMM_GPU_AMD / SMM_GPU_NVIDIA (which compiler is building).
@@ -53,6 +55,17 @@ typedef hipMemcpyKind gpuMemcpyKind;
 #define gpuGetDeviceProperties hipGetDeviceProperties
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
+typedef hipPointerAttribute_t gpuPointerAttributes_t;
+#define gpuPointerGetAttributes hipPointerGetAttributes
+#define gpuMemoryTypeDevice hipMemoryTypeDevice
+#define gpuMemoryTypeHost hipMemoryTypeHost
+/* ROCm 6 renamed memoryType to type; managed memory has isManaged set. */
+#if defined(HIP_VERSION_MAJOR) && HIP_VERSION_MAJOR >= 6
+#define SMM_GPU_PTR_TYPE(a) ((a).type)
+#else
+#define SMM_GPU_PTR_TYPE(a) ((a).memoryType)
+#endif
+#define SMM_GPU_PTR_MANAGED(a) ((a).isManaged != 0)
 #define gpuFuncSetMaxDynamicSharedMemory(f, bytes) \
     hipFuncSetAttribute((const void *)(f), hipFuncAttributeMaxDynamicSharedMemorySize, (bytes))
 #if defined(__HIP_DEVICE_COMPILE__)
@@ -123,6 +136,12 @@ typedef cudaMemcpyKind gpuMemcpyKind;
 #define gpuGetDeviceProperties cudaGetDeviceProperties
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetLastError cudaGetLastError
+typedef cudaPointerAttributes gpuPointerAttributes_t;
+#define gpuPointerGetAttributes cudaPointerGetAttributes
+#define gpuMemoryTypeDevice cudaMemoryTypeDevice
+#define gpuMemoryTypeHost cudaMemoryTypeHost
+#define SMM_GPU_PTR_TYPE(a) ((a).type)
+#define SMM_GPU_PTR_MANAGED(a) ((a).type == cudaMemoryTypeManaged)
 #define gpuFuncSetMaxDynamicSharedMemory(f, bytes) \
     cudaFuncSetAttribute((f), cudaFuncAttributeMaxDynamicSharedMemorySize, (bytes))
 #define SMM_TID_X ((int)threadIdx.x)
