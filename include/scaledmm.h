@@ -249,8 +249,8 @@ SMM_API smm_backend smm_context_device_backend(const smm_context *ctx);
  * means up to omp_get_max_threads() at each call (so OMP_NUM_THREADS
  * applies), fewer for a matrix multiplication too small to share: one
  * thread per 2^17 multiply-adds (M * N * K) at most. n > 0 uses n threads
- * wherever the work splits into that many tiles. Results never depend on it. The reference backend is single-threaded and
- * accepts any valid value.
+ * wherever the work splits into that many tiles. Results never depend on
+ * it. The reference backend is single-threaded and accepts any valid value.
  * Errors: SMM_ERR_INVALID_ARG if ctx is NULL or num_threads < 0.
  */
 SMM_API smm_status smm_context_set_num_threads(smm_context *ctx, int num_threads);
