@@ -14,6 +14,11 @@ Environment:
   SCALEDMM_CONFIGURE_ARGS  configure arguments for a folder not configured
                            yet, e.g. "--with-cuda" (a GPU plugin is then
                            built and bundled)
+  SCALEDMM_LIB_DIR         bundle an already built library instead: the
+                           folder holding libscaledmm.so.0 (an installed
+                           $(libdir), or a build's lib/.libs), its GPU
+                           plugins in that folder's scaledmm/ or beside it;
+                           nothing is configured or built then
 """
 import os
 import shlex
@@ -45,17 +50,13 @@ class BuildWithLibrary(build_ext):
         if not (REPO / "setup.sh").is_file() or not (REPO / "include" / "scaledmm.h").is_file():
             raise SystemExit("scaledmm: build the Python package from a clone of the scaledmm "
                              "repository (pip install ./python); %s is not one" % REPO)
-        build = c_build_dir()
-        env = dict(os.environ, BUILD_DIR=str(build))
-        if not (build / "Makefile").is_file():
-            args = shlex.split(os.environ.get("SCALEDMM_CONFIGURE_ARGS", ""))
-            self.announce("scaledmm: running %s/setup.sh %s" % (REPO, " ".join(args)), level=2)
-            subprocess.check_call([str(REPO / "setup.sh")] + args, env=env)
+        prebuilt = os.environ.get("SCALEDMM_LIB_DIR")
+        if prebuilt:
+            lib = (Path(prebuilt) / "libscaledmm.so.0").resolve()
+            plugin_dirs = [Path(prebuilt) / "scaledmm", Path(prebuilt)]
         else:
-            # Already configured: bring the library up to date (GPU plugins included).
-            subprocess.check_call(["make", "-C", str(build / "lib"), "-j%d" % (os.cpu_count() or 1)],
-                                  stdout=subprocess.DEVNULL)
-        lib = built_library(build)
+            lib = self.build_library()
+            plugin_dirs = [c_build_dir() / "lib"]
         if not lib.is_file():
             raise SystemExit("scaledmm: %s was not built" % lib)
 
@@ -69,8 +70,9 @@ class BuildWithLibrary(build_ext):
         shutil.copy2(lib, libdir / "libscaledmm.so.0")
         os.symlink("libscaledmm.so.0", libdir / "libscaledmm.so")
         for p in PLUGINS:
-            if (build / "lib" / p).is_file():
-                shutil.copy2(build / "lib" / p, libdir / "scaledmm" / p)
+            found = [d / p for d in plugin_dirs if (d / p).is_file()]
+            if found:
+                shutil.copy2(found[0], libdir / "scaledmm" / p)
         (pkg / "include").mkdir(exist_ok=True)
         shutil.copy2(REPO / "include" / "scaledmm.h", pkg / "include" / "scaledmm.h")
 
@@ -78,6 +80,20 @@ class BuildWithLibrary(build_ext):
             ext.include_dirs.append(str(REPO / "include"))
             ext.library_dirs.append(str(libdir))
         super().run()
+
+    def build_library(self) -> Path:
+        """Configures (through ../setup.sh) and builds the C library; its path."""
+        build = c_build_dir()
+        env = dict(os.environ, BUILD_DIR=str(build))
+        if not (build / "Makefile").is_file():
+            args = shlex.split(os.environ.get("SCALEDMM_CONFIGURE_ARGS", ""))
+            self.announce("scaledmm: running %s/setup.sh %s" % (REPO, " ".join(args)), level=2)
+            subprocess.check_call([str(REPO / "setup.sh")] + args, env=env)
+        else:
+            # Already configured: bring the library up to date (GPU plugins included).
+            subprocess.check_call(["make", "-C", str(build / "lib"), "-j%d" % (os.cpu_count() or 1)],
+                                  stdout=subprocess.DEVNULL)
+        return built_library(build)
 
 
 setup(
