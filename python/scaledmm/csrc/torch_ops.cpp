@@ -140,23 +140,40 @@ int64_t vector_len(const at::Tensor &t, c10::ScalarType dtype, int64_t len_a, in
     return t.numel();
 }
 
-void same_device(const at::Tensor &ref, const at::Tensor &t, const char *op, const char *name)
+void same_device(const at::Tensor &ref, const at::Tensor &t, const char *op, const char *name,
+                 const char *ref_name = "a")
 {
     TORCH_CHECK_VALUE(t.device() == ref.device(), "scaledmm.", op, ": ", name, " is on ",
-                      t.device(), " but a is on ", ref.device(),
+                      t.device(), " but ", ref_name, " is on ", ref.device(),
                       "; every tensor of a call must be on one device");
+}
+
+// The operands A (int8 [M, K]) and B (int8 [N, K]) of a matrix
+// multiplication, checked, with their sizes and leading dimensions.
+struct Operands {
+    int64_t m, n, k, lda, ldb;
+};
+
+Operands operands(const at::Tensor &a, const at::Tensor &b, const char *op)
+{
+    Operands o;
+    o.lda = leading_dim(a, at::kChar, op, "a");
+    o.ldb = leading_dim(b, at::kChar, op, "b");
+    o.m = a.size(0);
+    o.k = a.size(1);
+    o.n = b.size(0);
+    TORCH_CHECK_VALUE(b.size(1) == o.k, "scaledmm.", op, ": b has shape ", b.sizes(),
+                      "; expected [N, ", o.k, "] (K of a)");
+    same_device(a, b, op, "b");
+    return o;
 }
 
 void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
                     const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
                     const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
 {
-    const int64_t lda = leading_dim(a, at::kChar, op, "a");
-    const int64_t ldb = leading_dim(b, at::kChar, op, "b");
-    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-    TORCH_CHECK_VALUE(b.size(1) == k, "scaledmm.", op, ": b has shape ", b.sizes(),
-                      "; expected [N, ", k, "] (K of a)");
-    same_device(a, b, op, "b");
+    const Operands o = operands(a, b, op);
+    const int64_t m = o.m, n = o.n, k = o.k;
     same_device(a, scale_a, op, "scale_a");
     same_device(a, scale_b, op, "scale_b");
     same_device(a, out, op, "out");
@@ -164,8 +181,8 @@ void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &
     args.m = m;
     args.n = n;
     args.k = k;
-    args.lda = lda;
-    args.ldb = ldb;
+    args.lda = o.lda;
+    args.ldb = o.ldb;
     args.scale_a_len = vector_len(scale_a, at::kFloat, 1, m, op, "scale_a");
     args.scale_b_len = vector_len(scale_b, at::kFloat, 1, n, op, "scale_b");
     if (bias) {
@@ -214,18 +231,14 @@ void scaled_mm_out(const at::Tensor &a, const at::Tensor &b, const at::Tensor &s
 at::Tensor gemm_s8s8s32(const at::Tensor &a, const at::Tensor &b)
 {
     const char *op = "gemm_s8s8s32";
-    const int64_t lda = leading_dim(a, at::kChar, op, "a");
-    const int64_t ldb = leading_dim(b, at::kChar, op, "b");
-    const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-    TORCH_CHECK_VALUE(b.size(1) == k, "scaledmm.", op, ": b has shape ", b.sizes(),
-                      "; expected [N, ", k, "] (K of a)");
-    same_device(a, b, op, "b");
+    const Operands o = operands(a, b, op);
+    const int64_t m = o.m, n = o.n, k = o.k;
     at::Tensor out = at::empty({m, n}, a.options().dtype(at::kInt));
     c10::DeviceGuard guard(a.device());
     smm_context *ctx = context_on(a.device());
     check_status(ctx,
-                 smm_gemm_s8s8s32(ctx, m, n, k, static_cast<const int8_t *>(a.data_ptr()), lda,
-                                  static_cast<const int8_t *>(b.data_ptr()), ldb,
+                 smm_gemm_s8s8s32(ctx, m, n, k, static_cast<const int8_t *>(a.data_ptr()), o.lda,
+                                  static_cast<const int8_t *>(b.data_ptr()), o.ldb,
                                   out.data_ptr<int32_t>(), std::max<int64_t>(n, 1)),
                  op);
     return out;
@@ -251,13 +264,13 @@ quantize_i8(const at::Tensor &x, const c10::optional<at::Tensor> &scale,
     q.ldq = std::max<int64_t>(q.k, 1);
     at::Tensor s, z;
     if (scale) {
-        same_device(x, *scale, op, "scale");
+        same_device(x, *scale, op, "scale", "x");
         vector_len(*scale, at::kFloat, 1, 1, op, "scale");
         TORCH_CHECK_VALUE(azp || symmetric, "scaledmm.", op,
                           ": static asymmetric quantization needs azp");
         s = scale->clone();   // outputs never alias inputs (the op's schema)
         if (azp) {
-            same_device(x, *azp, op, "azp");
+            same_device(x, *azp, op, "azp", "x");
             vector_len(*azp, at::kInt, 1, 1, op, "azp");
             z = azp->clone();
         } else {
