@@ -192,7 +192,10 @@ class Context:
         or fma(sa,t,+0) with azp; rounded to out_dtype, NaN canonical.
         Returns out. Raises scaledmm.Error (nothing written).
         """
-        dt, code = _float_dtype(out_dtype if out is None else out.dtype, "out_dtype")
+        if out is not None and not isinstance(out, np.ndarray):
+            raise _invalid("out: expected a numpy.ndarray, got %s" % type(out).__name__)
+        dt, code = _float_dtype(out_dtype if out is None else out.dtype,
+                                "out_dtype" if out is None else "out")
         pa, lda = _matrix("a", a, np.dtype(np.int8))
         m, k = a.shape
         packed = None

@@ -198,13 +198,15 @@ def quantize_weight(weight: torch.Tensor):
     amax = max(|min(w, 0)|, max(w, 0)); scale = amax / 127.5 (float32, or
     float32's eps when 0); q = round_half_even(clamp(w / scale, -128, 127)).
     weight: float [N, K] (widened to float32 exactly). Returns (q int8
-    [N, K], scale float32 [N])."""
-    w = weight.detach().to(torch.float32)
+    [N, K], scale float32 [N]) on weight's device. The arithmetic runs on
+    the CPU whatever the device: torch's CUDA division by a scalar
+    multiplies by its reciprocal, which is not the formula's rounding."""
+    w = weight.detach().to("cpu", torch.float32)
     amax = torch.maximum(w.clamp(max=0).amin(dim=1).abs(), w.clamp(min=0).amax(dim=1))
     scale = amax / 127.5
     scale = torch.where(scale == 0, torch.full_like(scale, torch.finfo(torch.float32).eps), scale)
     q = torch.round((w / scale[:, None]).clamp(-128, 127)).to(torch.int8)
-    return q, scale
+    return q.to(weight.device), scale.to(weight.device)
 
 
 class ScaledMMLinear(torch.nn.Module):
