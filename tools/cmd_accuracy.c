@@ -225,17 +225,6 @@ static void synth(float *x, int64_t m, int64_t k, uint64_t seed, uint64_t tag)
     }
 }
 
-static const char *scheme_words(const ct_scheme *s)
-{
-    if (s->act_dynamic)
-        return s->weight_per_channel
-            ? (s->act_symmetric ? "w:channel a:token-sym" : "w:channel a:token-asym")
-            : (s->act_symmetric ? "w:tensor a:token-sym" : "w:tensor a:token-asym");
-    return s->weight_per_channel
-        ? (s->act_symmetric ? "w:channel a:static-sym" : "w:channel a:static-asym")
-        : (s->act_symmetric ? "w:tensor a:static-sym" : "w:tensor a:static-asym");
-}
-
 static int wanted(const acc_opts *o, const char *name)
 {
     int i;
@@ -329,7 +318,7 @@ static int measure(const acc_opts *o, const ct_layer *L, const st_checkpoint *re
         out_set_int(t, row, C_M, m);
         out_set_int(t, row, C_N, L->n);
         out_set_int(t, row, C_K, L->k);
-        out_set_str(t, row, C_SCHEME, scheme_words(&L->scheme));
+        out_set_str(t, row, C_SCHEME, ct_scheme_words(&L->scheme));
         out_set_real(t, row, C_REL, sr > 0 ? sqrt(se / sr) : sqrt(se));
         out_set_real(t, row, C_MAXABS, maxabs);
         out_set_real(t, row, C_REFMAX, refmax);

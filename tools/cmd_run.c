@@ -64,17 +64,6 @@ static int to_smm_dtype(st_dtype d, smm_dtype *out)
     }
 }
 
-static const char *scheme_words(const ct_scheme *s)
-{
-    if (s->act_dynamic)
-        return s->weight_per_channel
-            ? (s->act_symmetric ? "w:channel a:token-sym" : "w:channel a:token-asym")
-            : (s->act_symmetric ? "w:tensor a:token-sym" : "w:tensor a:token-asym");
-    return s->weight_per_channel
-        ? (s->act_symmetric ? "w:channel a:static-sym" : "w:channel a:static-asym")
-        : (s->act_symmetric ? "w:tensor a:static-sym" : "w:tensor a:static-asym");
-}
-
 /* run CHECKPOINT --list: one line per quantized layer, in tensor order. */
 static int list_layers(const char *dir)
 {
@@ -86,7 +75,7 @@ static int list_layers(const char *dir)
     for (i = 0; i < model->nlayers; i++) {
         const ct_layer *L = &model->layers[i];
         printf("%s\t%lld\t%lld\t%s\n", L->name, (long long)L->n, (long long)L->k,
-               scheme_words(&L->scheme));
+               ct_scheme_words(&L->scheme));
     }
     for (j = 0; j < model->nunusable; j++)
         printf("%s\tunusable: %s\n", model->unusable[j].name, model->unusable[j].why);

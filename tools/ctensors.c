@@ -1936,3 +1936,14 @@ done:
     st_checkpoint_close(ck);
     return rc;
 }
+
+const char *ct_scheme_words(const ct_scheme *s)
+{
+    if (s->act_dynamic)
+        return s->weight_per_channel
+            ? (s->act_symmetric ? "w:channel a:token-sym" : "w:channel a:token-asym")
+            : (s->act_symmetric ? "w:tensor a:token-sym" : "w:tensor a:token-asym");
+    return s->weight_per_channel
+        ? (s->act_symmetric ? "w:channel a:static-sym" : "w:channel a:static-asym")
+        : (s->act_symmetric ? "w:tensor a:static-sym" : "w:tensor a:static-asym");
+}

@@ -56,6 +56,11 @@ typedef struct ct_scheme {
     int act_symmetric;        /* 0: activations carry a zero point */
 } ct_scheme;
 
+/* A static short name of a scheme, e.g. "w:channel a:token-sym" (weights
+ * per channel or per tensor; activations per token or static, symmetric or
+ * with a zero point), as `run --list` and `accuracy` print it. */
+const char *ct_scheme_words(const ct_scheme *s);
+
 typedef struct ct_config ct_config;
 
 /*
