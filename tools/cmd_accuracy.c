@@ -40,8 +40,8 @@ void cmd_accuracy_help(FILE *f)
           "Per layer: rel_fro = ||w8a8 - ref||_F / ||ref||_F, max_abs = the largest\n"
           "|w8a8 - ref|, cosine = the cosine similarity of the two outputs taken as\n"
           "vectors (all in double precision; '-' where a figure is not finite, or\n"
-          "the cosine of an all-zero output). The w8a8 layer runs on every backend\n"
-          "that can run here (reference, cpu, GPUs); 'agree' says whether all their\n"
+          "the cosine of an all-zero output). The w8a8 layer runs on every host\n"
+          "backend (reference, cpu); 'agree' says whether all their\n"
           "outputs were equal bit for bit (memcmp). A disagreement exits with 1.\n"
           "The w8a8 bias is first rounded to the model's dtype (config.json's\n"
           "torch_dtype, or dtype: float16 or bfloat16), as vLLM holds it; --bias f32\n"
@@ -406,7 +406,9 @@ int cmd_accuracy(int argc, char **argv)
         for (i = 0; i < xm * xk; i++)
             xin[i] = widen(xa.dtype, xa.data, (size_t)i);
     }
-    for (b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CUDA; b++) {
+    /* The host backends: the layer's buffers are host memory, which a GPU
+     * context refuses (the conformance battery compares the GPUs). */
+    for (b = SMM_BACKEND_REFERENCE; b <= SMM_BACKEND_CPU; b++) {
         if (!smm_backend_available((smm_backend)b, NULL))
             continue;
         if (smm_context_create(&ctxs[nctx], (smm_backend)b) != SMM_OK) {
