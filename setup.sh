@@ -19,7 +19,8 @@ cd "$(dirname "$0")"
 top=$(pwd)
 
 PACKAGES="build-essential autoconf automake libtool autoconf-archive pkg-config
-check libsubunit-dev libopenblas-dev libjansson-dev libdnnl-dev libpcre2-dev"
+check libsubunit-dev libopenblas-dev libjansson-dev libdnnl-dev libpcre2-dev
+python3-venv python3-dev"
 if [ "${SMM_SETUP_ROCM:-0}" = 1 ]; then
     PACKAGES="$PACKAGES clang-19 lld-19 clang-tools-19 llvm-19 libamdhip64-dev rocm-device-libs"
 fi
