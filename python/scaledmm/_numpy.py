@@ -118,6 +118,19 @@ def _vector(name: str, v, dtype, lengths) -> Tuple[np.ndarray, int]:
     return arr, arr.size
 
 
+def _operand_b(b, k: int):
+    """B of a matrix multiplication with K = k: a PackedB or an int8 [N, K]
+    array. Returns (packed or None, address, ldb, N)."""
+    if isinstance(b, PackedB):
+        if b.k != k:
+            raise _invalid("b: packed K (%d) differs from a's K (%d)" % (b.k, k))
+        return b, 0, 0, b.n
+    pb, ldb = _matrix("b", b, np.dtype(np.int8))
+    if b.shape[1] != k:
+        raise _invalid("b: shape %s, expected [N, %d] (K of a)" % (tuple(b.shape), k))
+    return None, pb, ldb, b.shape[0]
+
+
 def _backend_code(backend) -> int:
     if isinstance(backend, int):
         return backend
@@ -199,15 +212,7 @@ class Context:
         pa, lda = _matrix("a", a, np.dtype(np.int8))
         m, k = a.shape
         packed = None
-        if isinstance(b, PackedB):
-            packed, pb, ldb, n = b, 0, 0, b.n
-            if b.k != k:
-                raise _invalid("b: packed K (%d) differs from a's K (%d)" % (b.k, k))
-        else:
-            pb, ldb = _matrix("b", b, np.dtype(np.int8))
-            n = b.shape[0]
-            if b.shape[1] != k:
-                raise _invalid("b: shape %s, expected [N, %d] (K of a)" % (tuple(b.shape), k))
+        packed, pb, ldb, n = _operand_b(b, k)
         sa, sa_len = _vector("scale_a", scale_a, np.float32, (1, m))
         sb, sb_len = _vector("scale_b", scale_b, np.float32, (1, n))
         bias_arr, pbias = None, 0
@@ -233,21 +238,13 @@ class Context:
         """
         pa, lda = _matrix("a", a, np.dtype(np.int8))
         m, k = a.shape
-        if isinstance(b, PackedB):
-            if b.k != k:
-                raise _invalid("b: packed K (%d) differs from a's K (%d)" % (b.k, k))
-            n = b.n
-            c = _check_out(out, (m, n), np.dtype(np.int32))
-            pc, ldc = _matrix("out", c, np.dtype(np.int32))
-            self._ctx.gemm_s8s8s32_packed(m, n, k, pa, lda, b, pc, ldc)
-            return c
-        pb, ldb = _matrix("b", b, np.dtype(np.int8))
-        n = b.shape[0]
-        if b.shape[1] != k:
-            raise _invalid("b: shape %s, expected [N, %d] (K of a)" % (tuple(b.shape), k))
+        packed, pb, ldb, n = _operand_b(b, k)
         c = _check_out(out, (m, n), np.dtype(np.int32))
         pc, ldc = _matrix("out", c, np.dtype(np.int32))
-        self._ctx.gemm_s8s8s32(m, n, k, pa, lda, pb, ldb, pc, ldc)
+        if packed is not None:
+            self._ctx.gemm_s8s8s32_packed(m, n, k, pa, lda, packed, pc, ldc)
+        else:
+            self._ctx.gemm_s8s8s32(m, n, k, pa, lda, pb, ldb, pc, ldc)
         return c
 
     def pack_b(self, b: np.ndarray) -> PackedB:
