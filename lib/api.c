@@ -99,8 +99,7 @@ static smm_status place(smm_context *ctx, const char *who, const smm_ptr_arg *ar
     if (!gpu || n == 0)
         return SMM_OK;
     smm_ptr_kind kinds[SMM_MAX_PTR_ARGS];
-    for (int i = 0; i < n; i++)
-        kinds[i] = gpu->ops->pointer_kind(args[i].ptr);
+    gpu->ops->pointer_kinds(args, n, kinds);
     char msg[224];
     smm_route r = smm_route_decide(args, kinds, n, !ctx->routed, msg, sizeof msg);
     if (r == SMM_ROUTE_ERROR)

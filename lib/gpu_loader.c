@@ -110,7 +110,7 @@ const smm_backend_ops *smm_gpu_load(smm_backend b, const char **reason)
     }
     if (ops->id != b || !ops->name || !ops->mm || !ops->quantize || !ops->dev_malloc ||
         !ops->dev_free || !ops->dev_memcpy || !ops->set_stream || !ops->synchronize ||
-        !ops->pointer_kind) {
+        !ops->pointer_kinds) {
         snprintf(why, sizeof reasons[0], "%s: incomplete operations table (plugin of another "
                  "version?)", file);
         return NULL;

@@ -41,6 +41,7 @@ struct smm_packed_b {
     int64_t n, k;
     smm_allocator alloc;      /* the creating context's allocator */
     void *mem;                /* the packed data (one allocation) */
+    int device;               /* GPU backends: the device mem was allocated on */
     size_t bytes;             /* its size, for the overlap checks */
     const int8_t *rows;       /* B as dense N x K rows (ld K) inside mem, or NULL */
     const void *data;         /* the backend's layout inside mem */
@@ -50,7 +51,7 @@ struct smm_packed_b {
 };
 
 /* Where memory lives, as a GPU runtime's pointer attributes tell it (the
- * pointer_kind op of a GPU backend). */
+ * pointer_kinds op of a GPU backend). */
 typedef enum {
     SMM_PTR_HOST,          /* host memory the device cannot read at that address
                               (malloc, the stack; unknown to the runtime) */
@@ -65,6 +66,9 @@ typedef enum {
 typedef struct {
     const char *name;      /* as in the public header: "a", "scale_b", ... */
     const void *ptr;
+    /* 0: ask the runtime where ptr lives. d + 1: ptr is device memory this
+     * library allocated on device d (a GPU-packed B), known without asking. */
+    int lib_device;
 } smm_ptr_arg;
 
 typedef enum { SMM_ROUTE_HOST, SMM_ROUTE_DEVICE, SMM_ROUTE_ERROR } smm_route;
@@ -112,9 +116,10 @@ typedef struct smm_backend_ops {
                              smm_memcpy_kind kind);
     smm_status (*set_stream)(smm_context *ctx, void *stream);
     smm_status (*synchronize)(smm_context *ctx);
-    /* Where p's memory lives (any value of p; never fails: memory the
-     * runtime does not know is SMM_PTR_HOST). Thread-safe. */
-    smm_ptr_kind (*pointer_kind)(const void *p);
+    /* Where each of the n pointers of one call lives, into kinds[0..n)
+     * (any values; never fails: memory the runtime does not know is
+     * SMM_PTR_HOST). The current device is asked once per call. Thread-safe. */
+    void (*pointer_kinds)(const smm_ptr_arg *args, int n, smm_ptr_kind *kinds);
 } smm_backend_ops;
 
 /*

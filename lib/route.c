@@ -81,8 +81,12 @@ smm_route smm_route_decide(const smm_ptr_arg *args, const smm_ptr_kind *kinds, i
 int smm_mm_pointers(const smm_mm_problem *p, int raw, smm_ptr_arg out[SMM_MAX_PTR_ARGS])
 {
     int n = 0;
-    if (p->b_packed)   /* decides even an empty problem: its format is checked */
-        out[n++] = (smm_ptr_arg){"b_packed", p->b_packed->mem};
+    if (p->b_packed) {   /* decides even an empty problem: its format is checked */
+        /* A GPU backend's packed B (it has a release) is device memory this
+         * library allocated: its device is known without asking the runtime. */
+        const smm_packed_b *pb = p->b_packed;
+        out[n++] = (smm_ptr_arg){"b_packed", pb->mem, pb->release ? pb->device + 1 : 0};
+    }
     if (p->m <= 0 || p->n <= 0 || p->k < 0)
         return n;
     const smm_ptr_arg all[7] = {

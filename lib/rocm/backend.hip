@@ -138,11 +138,12 @@ static smm_status gpu_synchronize(smm_context *ctx)
 /* ------------------------------------------------------------------ */
 
 /* Where p's memory lives, from the runtime's pointer attributes (one
- * gpuPointerGetAttributes, plus gpuGetDevice for device memory: about
- * 85 ns per pointer on an H200 with CUDA 13). Memory the runtime does not
- * know (an error, or CUDA's "unregistered") is host memory; registered
- * host memory counts only when the device sees it at the same address. */
-static smm_ptr_kind gpu_pointer_kind(const void *p)
+ * gpuPointerGetAttributes: about 85 ns per pointer on an H200 with
+ * CUDA 13), for a thread whose current device is dev. Memory the runtime
+ * does not know (an error, or CUDA's "unregistered") is host memory;
+ * registered host memory counts only when the device sees it at the same
+ * address. */
+static smm_ptr_kind gpu_pointer_kind(const void *p, int dev)
 {
     gpuPointerAttributes_t a;
     memset(&a, 0, sizeof a);
@@ -152,15 +153,28 @@ static smm_ptr_kind gpu_pointer_kind(const void *p)
     }
     if (SMM_GPU_PTR_MANAGED(a))
         return SMM_PTR_MANAGED;
-    if (SMM_GPU_PTR_TYPE(a) == gpuMemoryTypeDevice) {
-        int dev = -1;
-        if (gpuGetDevice(&dev) != gpuSuccess)
-            (void)gpuGetLastError();
+    if (SMM_GPU_PTR_TYPE(a) == gpuMemoryTypeDevice)
         return a.device == dev ? SMM_PTR_DEVICE : SMM_PTR_OTHER_DEVICE;
-    }
     if (SMM_GPU_PTR_TYPE(a) == gpuMemoryTypeHost && a.devicePointer == p)
         return SMM_PTR_REGISTERED;
     return SMM_PTR_HOST;
+}
+
+/* The kinds of one call's pointers: the current device asked once, a
+ * packed B this library allocated (lib_device) not asked at all. */
+static void gpu_pointer_kinds(const smm_ptr_arg *args, int n, smm_ptr_kind *kinds)
+{
+    int dev = -1;
+    if (gpuGetDevice(&dev) != gpuSuccess) {
+        (void)gpuGetLastError();
+        dev = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (args[i].lib_device > 0)
+            kinds[i] = args[i].lib_device - 1 == dev ? SMM_PTR_DEVICE : SMM_PTR_OTHER_DEVICE;
+        else
+            kinds[i] = gpu_pointer_kind(args[i].ptr, dev);
+    }
 }
 
 static smm_status gpu_dev_malloc(smm_context *ctx, size_t bytes, void **ptr)
@@ -262,6 +276,14 @@ static smm_status gpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm
     pb->rows = (const int8_t *)mem;
     pb->data = mem;
     pb->release = gpu_release_packed;
+    /* gpuMalloc allocated on the current device; -1 (unknown) makes the
+     * pointer checks ask the runtime instead. */
+    int dev = -1;
+    if (gpuGetDevice(&dev) != gpuSuccess) {
+        (void)gpuGetLastError();
+        dev = -1;
+    }
+    pb->device = dev;
     return SMM_OK;
 }
 
@@ -329,6 +351,6 @@ SMM_PLUGIN_EXPORT const smm_backend_ops *smm_gpu_plugin_entry(int abi, const cha
     gpu_ops.dev_memcpy = gpu_dev_memcpy;
     gpu_ops.set_stream = gpu_set_stream;
     gpu_ops.synchronize = gpu_synchronize;
-    gpu_ops.pointer_kind = gpu_pointer_kind;
+    gpu_ops.pointer_kinds = gpu_pointer_kinds;
     return &gpu_ops;
 }
