@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c - libFuzzer target for the compressed-tensors
- * quantization_config parser (config.json, tools/ctensors.c): any byte
+ * quantization_config parser (config.json, checkpoint/ctensors.c): any byte
  * string is either rejected with a message or accepted; an accepted config
  * then matches a few layer names, which must answer (a match, no match, or
  * an error naming the pattern) within PCRE2's limits. Build and run with

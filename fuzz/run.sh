@@ -40,10 +40,10 @@ status=0
 for t in safetensors index npy config; do
     echo "fuzz: building fuzz_$t" >&2
     extra=""
-    [ "$t" = config ] && extra="$top/tools/ctensors.c $pcre2"
+    [ "$t" = config ] && extra="$top/checkpoint/ctensors.c $pcre2"
     # shellcheck disable=SC2086
-    "$cc" $flags -I"$top/tools" -I"$top/include" "$top/fuzz/fuzz_$t.c" \
-        "$top/tools/safetensors.c" "$top/tools/npy.c" $extra $jansson -lm -o "$out/fuzz_$t"
+    "$cc" $flags -I"$top/checkpoint" -I"$top/include" "$top/fuzz/fuzz_$t.c" \
+        "$top/checkpoint/safetensors.c" "$top/checkpoint/npy.c" $extra $jansson -lm -o "$out/fuzz_$t"
     rm -rf "$out/corpus_$t"
     mkdir -p "$out/corpus_$t"
     n=0

@@ -1,10 +1,11 @@
 /*
- * check_checkpoint.c - compressed-tensors w8a8 checkpoints (tools/ctensors.c):
- * quantizing a small sharded float checkpoint made here, golden checks of
- * the quantized weights and scales against the documented formula
- * (recomputed independently), running the layers on every backend bit for
- * bit, each activation scheme against the library calls it maps to, and
- * the rejection of unsupported schemes with messages that name the field.
+ * check_checkpoint.c - compressed-tensors w8a8 checkpoints
+ * (checkpoint/ctensors.c): quantizing a small sharded float checkpoint
+ * made here, golden checks of the quantized weights and scales against the
+ * documented formula (recomputed independently), running the layers on
+ * every backend bit for bit, each activation scheme against the library
+ * calls it maps to, and the rejection of unsupported schemes with messages
+ * that name the field.
  */
 #include "testutil.h"
 

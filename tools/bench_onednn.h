@@ -10,9 +10,8 @@
  *            compensation oneDNN wants beside the weights). When the
  *            layout picked is a plain one (gemm-based implementations pick
  *            K x N row-major), the other plain one, N x K (ours), is tried
- *            too, once, outside the timed runs, and the faster is kept:
- *            oneDNN 2.6's AVX2 int8 gemm is several times faster with it
- *            at small M
+ *            too, once, outside the timed runs, and the faster is kept
+ *            (which one wins depends on the implementation and on M)
  *   scales   output scales, mask 1 << 1: one float per N (the weights'
  *            per-channel scales of the copy in use), given at execution
  *            (DNNL_RUNTIME_F32_VAL) when the implementation takes that,
