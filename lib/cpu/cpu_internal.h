@@ -210,9 +210,7 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 /* The single-pass panel kernel (more than mr rows, one panel): a second
  * prefetch per step this far ahead (bytes), into L2, so that enough of
  * the stream is in flight to cover the memory's latency (a core tracks
- * few more L1 misses than the near prefetch keeps busy). 0: none. On two
- * cores of a Sapphire Rapids class Xeon, M = 16: 0, 4, 8, 16 and 32 KiB
- * compared (doc/performance.md); 8 KiB was as good as any. */
+ * few more L1 misses than the near prefetch keeps busy). 0: none. */
 #ifndef SMM_CPU_VNNI_PF_FAR_BYTES
 #define SMM_CPU_VNNI_PF_FAR_BYTES 8192
 #endif
