@@ -171,6 +171,49 @@ SMM_API const char *smm_cpu_features(void);
 /* The CPU brand string from CPUID ("" when unknown). Never NULL. */
 SMM_API const char *smm_cpu_name(void);
 
+/*
+ * The CPU backend's kernel levels, by name: "scalar" (portable C), then
+ * the vector levels in the order the backend prefers them, lowest first
+ * (e.g. "avx2", "avx_vnni", "avx512_vnni", "amx_int8"). A context on the
+ * cpu backend runs the highest level this CPU, OS and build run, capped
+ * by the environment variable SMM_CPU_ISA when it names a level (any
+ * case); every level computes the same bits. The emulations (e.g.
+ * "avx512_vnni_emulated") are portable C with a vector level's blocking
+ * and packed format, a testing aid: they run on any CPU and are chosen
+ * only when SMM_CPU_ISA names them.
+ */
+typedef enum {
+    SMM_CPU_LEVELS_RUNNABLE = 0,  /* the levels this CPU, OS and build run
+                                     (whatever SMM_CPU_ISA says) */
+    SMM_CPU_LEVELS_ALL = 1,       /* every level this library knows */
+    SMM_CPU_LEVELS_EMULATED = 2,  /* the emulations */
+} smm_cpu_level_set;
+
+/* The names of the levels in `set`, lowest first: names[i] for i < max
+ * and i < *count receive static strings (the rest of names untouched);
+ * *count receives the number of levels in the set, which may exceed max
+ * (max = 0 with names NULL asks for the count only). The RUNNABLE set
+ * always holds "scalar". Thread-safe.
+ * Errors (nothing written): SMM_ERR_INVALID_ARG (set outside the enum,
+ * max < 0, names NULL with max > 0, or count NULL). */
+SMM_API smm_status smm_cpu_levels(smm_cpu_level_set set, const char **names, int max,
+                                  int *count);
+
+/* The level a context created now on the cpu backend runs (the one that
+ * smm_backend_available(SMM_BACKEND_CPU, ...)'s reason names): the
+ * highest of SMM_CPU_LEVELS_RUNNABLE at or below the cap SMM_CPU_ISA
+ * names, or the emulation it names; SMM_CPU_ISA is read at each call.
+ * An SMM_CPU_ISA that names no level caps nothing. On Linux, choosing
+ * "amx_int8" asks the OS for the process's tile-state permission, as
+ * creating such a context does. Static string, never NULL. Thread-safe. */
+SMM_API const char *smm_cpu_level_chosen(void);
+
+/* A level's kernels in a few words (e.g. for "avx2": "AVX2 kernels (int16
+ * vpmaddwd)"), for any name smm_cpu_levels lists (any case; "c" is a
+ * synonym of "scalar"). Static string; NULL when name is NULL or names no
+ * level. */
+SMM_API const char *smm_cpu_level_description(const char *name);
+
 /* ------------------------------------------------------------------ */
 /* Contexts                                                            */
 /* ------------------------------------------------------------------ */

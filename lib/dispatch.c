@@ -170,10 +170,10 @@ static int auto_answer(const char **reason)
     const char *dev_why = NULL;
     (void)smm_backend_auto_device(&dev_why);
     smm_backend_available(host, &why);
-    /* The cpu backend's reason starts with "level NAME:"; show NAME. */
-    char level[32] = "";
-    if (host == SMM_BACKEND_CPU && strncmp(why, "level ", 6) == 0)
-        snprintf(level, sizeof level, " (%.*s)", (int)strcspn(why + 6, ": "), why + 6);
+    /* The cpu backend's level, as a context created now gets it. */
+    char level[48] = "";
+    if (host == SMM_BACKEND_CPU && smm_backend_available(host, NULL))
+        snprintf(level, sizeof level, " (%s)", smm_cpu_level_chosen());
     pthread_mutex_lock(&answer_lock);
     snprintf(answer[SMM_BACKEND_AUTO], sizeof answer[0],
              "host data -> %s%s; device data -> %s (%s)", smm_backend_name(host), level,

@@ -129,6 +129,122 @@ START_TEST(test_probe)
 }
 END_TEST
 
+/* The CPU levels: bad arguments, the sets, and the choice under the cap
+ * SMM_CPU_ISA. */
+static int in_list(const char *name, const char *const *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, list[i]) == 0)
+            return 1;
+    return 0;
+}
+
+START_TEST(test_cpu_levels)
+{
+    enum { CAP = 32 };
+    const char *runs[CAP], *all[CAP], *emu[CAP], *names[CAP];
+    int nruns = -1, nall = -1, nemu = -1, n = -7;
+    const char *const sentinel = "untouched";
+
+    /* Errors: nothing written. */
+    names[0] = sentinel;
+    ck_assert_int_eq(smm_cpu_levels((smm_cpu_level_set)-1, names, CAP, &n), SMM_ERR_INVALID_ARG);
+    ck_assert_int_eq(smm_cpu_levels((smm_cpu_level_set)3, names, CAP, &n), SMM_ERR_INVALID_ARG);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_RUNNABLE, names, -1, &n), SMM_ERR_INVALID_ARG);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, NULL, 1, &n), SMM_ERR_INVALID_ARG);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, names, CAP, NULL), SMM_ERR_INVALID_ARG);
+    ck_assert_int_eq(n, -7);
+    ck_assert_ptr_eq(names[0], sentinel);
+
+    /* The sets. */
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_RUNNABLE, runs, CAP, &nruns), SMM_OK);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, all, CAP, &nall), SMM_OK);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_EMULATED, emu, CAP, &nemu), SMM_OK);
+    ck_assert(nruns >= 1 && nruns <= nall && nall <= CAP && nemu >= 0 && nemu <= CAP);
+    ck_assert_str_eq(runs[0], "scalar");
+    ck_assert_str_eq(all[0], "scalar");
+    /* The count alone, and a short array: the first max names, the count
+     * of the whole set. */
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, NULL, 0, &n), SMM_OK);
+    ck_assert_int_eq(n, nall);
+    names[1] = sentinel;
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, names, 1, &n), SMM_OK);
+    ck_assert_int_eq(n, nall);
+    ck_assert_str_eq(names[0], "scalar");
+    ck_assert_ptr_eq(names[1], sentinel);
+    /* Unique names, runnable ones in the library's order, each described. */
+    for (int i = 0; i < nall; i++) {
+        ck_assert_msg(!in_list(all[i], all, i) && !in_list(all[i], emu, nemu),
+                      "level %s listed twice", all[i]);
+        ck_assert_ptr_nonnull(smm_cpu_level_description(all[i]));
+    }
+    for (int i = 0; i < nemu; i++) {
+        ck_assert_msg(!in_list(emu[i], emu, i), "emulation %s listed twice", emu[i]);
+        ck_assert_ptr_nonnull(smm_cpu_level_description(emu[i]));
+    }
+    for (int i = 0, j = 0; i < nruns; i++, j++) {
+        while (j < nall && strcmp(all[j], runs[i]) != 0)
+            j++;
+        ck_assert_msg(j < nall, "runnable level %s not in order among all levels", runs[i]);
+    }
+    ck_assert_ptr_null(smm_cpu_level_description(NULL));
+    ck_assert_ptr_null(smm_cpu_level_description("no-such-level"));
+    ck_assert_str_eq(smm_cpu_level_description("C"), smm_cpu_level_description("scalar"));
+
+    /* The choice: the highest runnable level, capped by SMM_CPU_ISA. */
+    const char *old = getenv("SMM_CPU_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("SMM_CPU_ISA");
+    ck_assert_str_eq(smm_cpu_level_chosen(), runs[nruns - 1]);
+    setenv("SMM_CPU_ISA", "no-such-level", 1);   /* caps nothing */
+    ck_assert_str_eq(smm_cpu_level_chosen(), runs[nruns - 1]);
+    for (int i = 0; i < nruns; i++) {
+        setenv("SMM_CPU_ISA", runs[i], 1);
+        ck_assert_str_eq(smm_cpu_level_chosen(), runs[i]);
+    }
+    for (int i = 0; i < nall; i++) {
+        /* A level this CPU lacks caps at the highest one below it. */
+        const char *want = "scalar";
+        for (int j = 0; j <= i; j++)
+            if (in_list(all[j], runs, nruns))
+                want = all[j];
+        setenv("SMM_CPU_ISA", all[i], 1);
+        ck_assert_str_eq(smm_cpu_level_chosen(), want);
+    }
+    for (int i = 0; i < nemu; i++) {
+        setenv("SMM_CPU_ISA", emu[i], 1);
+        ck_assert_str_eq(smm_cpu_level_chosen(), emu[i]);
+    }
+    setenv("SMM_CPU_ISA", "SCALAR", 1);
+    ck_assert_str_eq(smm_cpu_level_chosen(), "scalar");
+    setenv("SMM_CPU_ISA", "c", 1);
+    ck_assert_str_eq(smm_cpu_level_chosen(), "scalar");
+    /* A cpu context runs the chosen level: its packed format is the one a
+     * context capped at that level has. */
+    if (smm_backend_available(SMM_BACKEND_CPU, NULL)) {
+        for (int i = 0; i < nruns + nemu; i++) {
+            const char *lvl = i < nruns ? runs[i] : emu[i - nruns];
+            smm_context *ctx = NULL;
+            smm_packed_b *pb = NULL;
+            int8_t b[4] = {1, 2, 3, 4};
+            setenv("SMM_CPU_ISA", lvl, 1);
+            ck_assert_int_eq(smm_context_create(&ctx, SMM_BACKEND_CPU), SMM_OK);
+            ck_assert_int_eq(smm_pack_b(ctx, 1, 4, b, 4, &pb), SMM_OK);
+            ck_assert_msg(strncmp(smm_packed_b_format(pb), "cpu ", 4) == 0, "%s: \"%s\"", lvl,
+                          smm_packed_b_format(pb));
+            smm_packed_b_destroy(pb);
+            smm_context_destroy(ctx);
+        }
+    }
+    if (saved) {
+        setenv("SMM_CPU_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("SMM_CPU_ISA");
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Contexts                                                            */
 /* ------------------------------------------------------------------ */
@@ -1042,6 +1158,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_backend_from_name);
     tcase_add_test(tc, test_probe);
+    tcase_add_test(tc, test_cpu_levels);
     tc = tu_tcase(s, "contexts", 60);
     tcase_add_test(tc, test_context_errors);
     tcase_add_test(tc, test_context_basics);

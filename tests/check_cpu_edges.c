@@ -479,15 +479,18 @@ END_TEST
  * every context here runs. */
 START_TEST(test_packed_across_levels)
 {
-    static const char *const levels[] = {
-        "scalar", "avx2", "avx_vnni", "avx512_vnni", "amx_int8", "avx_vnni_emulated",
-        "avx512_vnni_emulated", "amx_int8_emulated",
-    };
-    enum { NL = sizeof levels / sizeof levels[0] };
+    /* Every level the library knows, then the emulations. */
+    enum { CAP = 32 };
+    const char *levels[2 * CAP];
+    int nall = 0, nemu = 0;
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_ALL, levels, CAP, &nall), SMM_OK);
+    ck_assert_int_eq(smm_cpu_levels(SMM_CPU_LEVELS_EMULATED, levels + nall, CAP, &nemu), SMM_OK);
+    ck_assert(nall <= CAP && nemu <= CAP);
+    const int NL = nall + nemu;
     cf_rng r = tu_rng("packed_across_levels");
     const char *saved = getenv("SMM_CPU_ISA");
     char *saved_copy = saved ? strdup(saved) : NULL;
-    smm_context *ctx[NL];
+    smm_context *ctx[2 * CAP];
     for (int l = 0; l < NL; l++) {
         setenv("SMM_CPU_ISA", levels[l], 1);
         ctx[l] = tu_ctx(SMM_BACKEND_CPU, 1 + l % 3);

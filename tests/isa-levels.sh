@@ -1,12 +1,11 @@
 #!/bin/sh
-# Runs the CPU backend's bit-exactness suites once per kernel level: the
-# portable C level (SMM_CPU_ISA=scalar), every vector level this CPU runs
-# (avx2, avx_vnni, avx512_vnni, amx_int8, as the library's probe reports
-# them), and the portable emulations of the VNNI and AMX data flows (same
-# packed layouts, blocking, +128 shift and compensation as the real
-# kernels; they run on any CPU).
-# Every level is compared with the same reference bits. Levels this CPU
-# lacks are skipped with a message; any failing run fails the script.
+# Runs the CPU backend's bit-exactness suites once per kernel level: every
+# level this CPU runs and every portable emulation of a vector level's data
+# flow (same packed layout, blocking, +128 shift and compensation as the
+# real kernels; they run on any CPU), as the library lists them
+# (smm_cpu_levels, through `scaledmm info --levels`). Every level is
+# compared with the same reference bits. Levels the library knows but this
+# CPU lacks are skipped with a message; any failing run fails the script.
 #
 # Run from the tests build directory (as `make check` does); SCALEDMM may
 # name the CLI (default: ../tools/scaledmm).
@@ -22,48 +21,64 @@ SUITES="check_conformance check_quantize check_vectors check_packed check_cpu_ed
 SMM_TEST_BACKENDS=${SMM_TEST_BACKENDS:-reference,cpu}
 export SMM_TEST_BACKENDS
 
-# The cpu backend's line of `scaledmm info` ends with
-# "levels this CPU runs: scalar avx2 ...; OpenMP ...".
-info=$(SMM_CPU_ISA= "$SCALEDMM" info 2>/dev/null) || {
-    echo "isa-levels.sh: '$SCALEDMM info' failed" >&2
-    exit 1
+# levels SET: the names `scaledmm info --levels=SET` prints, space-separated.
+levels() {
+    out=$(SMM_CPU_ISA= "$SCALEDMM" info --levels="$1") || {
+        echo "isa-levels.sh: '$SCALEDMM info --levels=$1' failed" >&2
+        exit 1
+    }
+    printf '%s\n' "$out" | tr '\n' ' ' | sed 's/ *$//'
 }
-runs=$(printf '%s\n' "$info" | sed -n 's/.*levels this CPU runs: \([a-z0-9_ ]*\).*/\1/p' | head -n 1)
+runs=$(levels runnable)
+all=$(levels all)
+emulated=$(levels emulated)
 case " $runs " in
 *" scalar "*) ;;
 *)
-    echo "isa-levels.sh: cannot read the levels from '$SCALEDMM info':" >&2
-    printf '%s\n' "$info" >&2
+    echo "isa-levels.sh: 'scalar' is not among the levels this CPU runs: '$runs'" >&2
     exit 1
     ;;
 esac
 echo "isa-levels.sh: levels this CPU runs: $runs"
+echo "isa-levels.sh: levels the library knows: $all; emulations: $emulated"
 
 failed=0
-# A level named in SMM_CPU_ISA, in any case, is reported as the cap, also
-# when it is above every level this CPU runs (amx_int8 on most CPUs).
-for cap in SCALAR:scalar Scalar:scalar amx_int8:; do
-    line=$(SMM_CPU_ISA=${cap%%:*} "$SCALEDMM" info 2>/dev/null | grep 'levels this CPU runs')
-    case "$line" in
-    *"level ${cap#*:}"*"SMM_CPU_ISA"*"caps"*) echo "isa-levels.sh: PASS info with SMM_CPU_ISA=${cap%%:*}" ;;
-    *)
-        echo "isa-levels.sh: FAIL info with SMM_CPU_ISA=${cap%%:*}: $line" >&2
+# chosen CAP WANT: with SMM_CPU_ISA=CAP, contexts run level WANT.
+chosen() {
+    got=$(SMM_CPU_ISA=$1 "$SCALEDMM" info --levels=chosen)
+    if [ "$got" = "$2" ]; then
+        echo "isa-levels.sh: PASS SMM_CPU_ISA=$1 chooses $2"
+    else
+        echo "isa-levels.sh: FAIL SMM_CPU_ISA=$1 chooses '$got', not $2" >&2
         failed=1
-        ;;
+    fi
+}
+# Each level this CPU runs caps the choice at itself (in any case); a
+# level above them all caps at the highest one; an emulation is chosen by
+# its name.
+highest=
+for level in $runs; do
+    chosen "$level" "$level"
+    highest=$level
+done
+chosen "$(printf '%s' "$highest" | tr a-z A-Z)" "$highest"
+chosen c scalar
+for level in $all; do
+    case " $runs " in
+    *" $level "*) ;;
+    *) chosen "$level" "$highest" ;;
     esac
 done
-for level in scalar avx2 avx_vnni avx512_vnni amx_int8 avx_vnni_emulated avx512_vnni_emulated \
-    amx_int8_emulated; do
-    case "$level" in
-    *_emulated) ;;
+for level in $emulated; do
+    chosen "$level" "$level"
+done
+
+for level in $all $emulated; do
+    case " $runs $emulated " in
+    *" $level "*) ;;
     *)
-        case " $runs " in
-        *" $level "*) ;;
-        *)
-            echo "isa-levels.sh: SKIP $level (this CPU does not run it)"
-            continue
-            ;;
-        esac
+        echo "isa-levels.sh: SKIP $level (this CPU does not run it)"
+        continue
         ;;
     esac
     for suite in $SUITES; do

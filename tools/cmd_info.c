@@ -1,8 +1,9 @@
 /*
  * cmd_info.c - `scaledmm info`: library and contract versions, CPU name and
  * features, every backend with whether it can run here and why, AUTO's
- * answer (where host data and device data run), the default thread count.
- * Text, or JSON with --json.
+ * answer (where host data and device data run), the default thread count,
+ * the CPU kernel levels (smm_cpu_levels). Text, or JSON with --json; with
+ * --levels[=SET], one level name a line, for scripts.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -21,16 +22,16 @@ static const smm_backend all_backends[] = {
 
 void cmd_info_help(FILE *f)
 {
-    fputs("Usage: scaledmm info [--json]\n"
+    fputs("Usage: scaledmm info [--json | --levels[=SET]]\n"
           "\n"
           "Shows the library version and numerics-contract version, the CPU and the\n"
           "features the library found usable (CPUID confirmed by XGETBV), every\n"
           "backend (reference, cpu, rocm, cuda) with whether it can run here and\n"
           "why, the backend AUTO picks (honouring SMM_BACKEND), and the default\n"
           "thread count (omp_get_max_threads, i.e. OMP_NUM_THREADS or the cores).\n"
-          "The cpu backend's line names the kernel level its contexts use (scalar,\n"
-          "avx2, avx_vnni, avx512_vnni or amx_int8: the highest this CPU and OS run,\n"
-          "capped by SMM_CPU_ISA), why, and every level this CPU runs.\n"
+          "The cpu backend's line names the kernel level its contexts use (the\n"
+          "highest this CPU and OS run, capped by SMM_CPU_ISA), why, and every level\n"
+          "this CPU runs; the \"CPU levels\" line lists those and the chosen one.\n"
           "The GPU backends are plugins (libscaledmm-rocm.so, libscaledmm-cuda.so)\n"
           "loaded from $SMM_GPU_PLUGIN_DIR when set, else from the library's install\n"
           "folder; their line says why one cannot run (not built, runtime library\n"
@@ -40,6 +41,12 @@ void cmd_info_help(FILE *f)
           "\n"
           "Options:\n"
           "  --json       print one JSON object on stdout instead of text\n"
+          "  --levels[=SET]\n"
+          "               print CPU kernel level names, one a line, lowest first, and\n"
+          "               nothing else: SET is runnable (the default: the levels this\n"
+          "               CPU runs), all (every level the library knows), emulated\n"
+          "               (the portable emulations SMM_CPU_ISA may name) or chosen\n"
+          "               (the level a cpu context created now runs)\n"
           "  -h, --help   show this help\n", f);
 }
 
@@ -58,6 +65,53 @@ static smm_backend auto_context(const char **why)
     b = smm_context_backend(ctx);
     smm_context_destroy(ctx);
     return b;
+}
+
+/* The names of a set of CPU levels as a JSON array (NULL: out of memory). */
+static json_t *json_levels(smm_cpu_level_set set)
+{
+    const char *names[64];
+    int n = 0;
+    json_t *a = json_array();
+    if (!a || smm_cpu_levels(set, names, 64, &n) != SMM_OK) {
+        json_decref(a);
+        return NULL;
+    }
+    for (int i = 0; i < n && i < 64; i++)
+        json_array_append_new(a, json_string(names[i]));
+    return a;
+}
+
+/* --levels=SET: one name a line. */
+static int print_levels(const char *set)
+{
+    static const struct {
+        const char *name;
+        smm_cpu_level_set set;
+    } sets[] = {
+        {"runnable", SMM_CPU_LEVELS_RUNNABLE},
+        {"all", SMM_CPU_LEVELS_ALL},
+        {"emulated", SMM_CPU_LEVELS_EMULATED},
+    };
+    const char *names[64];
+    int n = 0;
+    if (strcmp(set, "chosen") == 0) {
+        printf("%s\n", smm_cpu_level_chosen());
+        return EXIT_PASS;
+    }
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        if (strcmp(set, sets[i].name) != 0)
+            continue;
+        if (smm_cpu_levels(sets[i].set, names, 64, &n) != SMM_OK) {
+            cli_error("info", "smm_cpu_levels failed");
+            return EXIT_FAILED;
+        }
+        for (int j = 0; j < n && j < 64; j++)
+            printf("%s\n", names[j]);
+        return EXIT_PASS;
+    }
+    return cli_usage_error("info", "--levels: '%s' is not runnable, all, emulated or chosen",
+                           set);
 }
 
 static int print_json(const char *env)
@@ -89,6 +143,10 @@ static int print_json(const char *env)
     json_object_set(doc, "cpu_features", features);
     json_object_set_new(doc, "default_threads", json_integer(sysinfo_default_threads()));
     json_object_set(doc, "backends", backends);
+    json_object_set_new(doc, "cpu_levels", json_levels(SMM_CPU_LEVELS_RUNNABLE));
+    json_object_set_new(doc, "cpu_levels_all", json_levels(SMM_CPU_LEVELS_ALL));
+    json_object_set_new(doc, "cpu_levels_emulated", json_levels(SMM_CPU_LEVELS_EMULATED));
+    json_object_set_new(doc, "cpu_level_chosen", json_string(smm_cpu_level_chosen()));
     /* What a context created on AUTO runs on, as the text's "AUTO picks"
      * line: null when such a context fails (auto_context says why), even
      * where smm_backend_auto() names a backend (SMM_BACKEND naming one that
@@ -139,6 +197,15 @@ static int print_text(const char *env)
     printf("CPU:             %s\n", *smm_cpu_name() ? smm_cpu_name() : "(unknown)");
     printf("CPU features:    %s\n", *smm_cpu_features() ? smm_cpu_features() : "(none)");
     printf("Default threads: %d (omp_get_max_threads)\n", sysinfo_default_threads());
+    {
+        const char *names[64];
+        int n = 0;
+        printf("CPU levels:     ");
+        if (smm_cpu_levels(SMM_CPU_LEVELS_RUNNABLE, names, 64, &n) == SMM_OK)
+            for (i = 0; i < n && i < 64; i++)
+                printf(" %s", names[i]);
+        printf(" (cpu contexts run %s)\n", smm_cpu_level_chosen());
+    }
     printf("Backends:\n");
     for (i = 0; i < NBACKENDS; i++) {
         const char *reason = "";
@@ -170,10 +237,12 @@ int cmd_info(int argc, char **argv)
 {
     static const struct option longopts[] = {
         { "json", no_argument, NULL, 'j' },
+        { "levels", optional_argument, NULL, 'l' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     int json = 0, c;
+    const char *levels = NULL;
     const char *env;
 
     opterr = 0;
@@ -181,12 +250,17 @@ int cmd_info(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
+        case 'l': levels = optarg ? optarg : "runnable"; break;
         case 'h': cmd_info_help(stdout); return EXIT_PASS;
         default:  return cli_getopt_error("info", c, argv);
         }
     }
     if (optind < argc)
         return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+    if (levels && json)
+        return cli_usage_error("info", "--levels and --json do not go together");
+    if (levels)
+        return print_levels(levels);
     env = getenv("SMM_BACKEND");
     if (env && !*env)
         env = NULL;

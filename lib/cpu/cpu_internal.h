@@ -210,9 +210,7 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 /* The single-pass panel kernel (more than mr rows, one panel): a second
  * prefetch per step this far ahead (bytes), into L2, so that enough of
  * the stream is in flight to cover the memory's latency (a core tracks
- * few more L1 misses than the near prefetch keeps busy). 0: none. On two
- * cores of a Sapphire Rapids class Xeon, M = 16: 0, 4, 8, 16 and 32 KiB
- * compared (doc/performance.md); 8 KiB was as good as any. */
+ * few more L1 misses than the near prefetch keeps busy). 0: none. */
 #ifndef SMM_CPU_VNNI_PF_FAR_BYTES
 #define SMM_CPU_VNNI_PF_FAR_BYTES 8192
 #endif
@@ -252,8 +250,60 @@ extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_emulated SMM_INTERNAL;
 extern const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated SMM_INTERNAL;
 extern const smm_cpu_vnni_kernels smm_cpu_vnni_amx_emulated SMM_INTERNAL;
 
+/* ------------------------------------------------------------------ */
+/* Kernel levels (levels.c)                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One CPU kernel level: everything the backend knows about it. The levels
+ * are registered in one ordered table (smm_cpu_level_table, levels.c),
+ * lowest first, the emulations (testing aids) last; the backend chooses
+ * the highest real level this CPU runs at or below the cap SMM_CPU_ISA
+ * (cpu_backend.c), and smm_cpu_levels() lists them by their names.
+ */
+typedef struct smm_cpu_level {
+    const char *name;         /* as SMM_CPU_ISA and smm_cpu_levels spell it */
+    const char *alias;        /* NULL, or another name SMM_CPU_ISA accepts */
+    const char *description;  /* its kernels, in a few words */
+    /* Feature test: 1 when the CPU and the OS support the level (this
+     * build's kernels are checked apart, through k and v), else 0 and
+     * *why says what is missing. NULL: every CPU. */
+    int (*supported)(const smm_cpu_info *ci, const char **why);
+    /* NULL, or the process-wide permission the level needs (1: granted),
+     * asked for only when the level is about to be chosen. */
+    int (*permit)(void);
+    /* The int16 kernels, epilogue and quantizer: a table the build may
+     * leave NULL (the level then does not run); k NULL: the best int16
+     * table this CPU runs (the emulations). */
+    const smm_cpu_kernels *const *k;
+    /* NULL (an int16 level), or the VNNI kernels used for every product:
+     * a table the build may leave NULL (the level then does not run). */
+    const smm_cpu_vnni_kernels *const *v;
+    const char *format;       /* the packed-B format (smm_packed_b_format) */
+    int emulation;            /* a portable emulation of a level's data flow:
+                                 runs anywhere, chosen only by its name */
+} smm_cpu_level;
+
+extern const smm_cpu_level smm_cpu_level_table[] SMM_INTERNAL;
+extern const int smm_cpu_level_count SMM_INTERNAL;
+
+/* Can this CPU, OS and build run level l? 1, or 0 and *why says what is
+ * missing. ask: ask for the level's permission (l->permit, a process-wide
+ * change, so only when the level is about to be chosen); without ask the
+ * level is taken to run when the CPU, OS and build support it. */
+int smm_cpu_level_runs(const smm_cpu_level *l, const char **why, int ask) SMM_INTERNAL;
+
+/* The level a context created now uses: the highest real level this
+ * machine runs at or below the cap SMM_CPU_ISA names (any case; an
+ * emulation when it names one), with the int16 table it runs with in *k.
+ * why (cap bytes; NULL: none) receives the level, the reason and the
+ * levels this CPU runs, in words. */
+const smm_cpu_level *smm_cpu_level_select(const smm_cpu_kernels **k, char *why,
+                                          size_t cap) SMM_INTERNAL;
+
 /* Per-context state (ctx->backend_data). */
 typedef struct smm_cpu_state {
+    const smm_cpu_level *level;      /* the context's level */
     const smm_cpu_kernels *k;        /* int16 kernels, epilogue, quantizer */
     const smm_cpu_vnni_kernels *v;   /* NULL, or the VNNI level's kernels
                                         (then used for every product) */

@@ -5,8 +5,7 @@
  * The same per-element formula as gemm.c's portable epilogue
  * (doc/numerics.md, "Epilogue"), written out instruction by instruction so
  * that its speed does not depend on what a compiler's vectorizer makes of
- * the portable loop (one compiler's vectorization of it ran 20 times slower
- * than this on a Xeon with per-channel scales):
+ * the portable loop:
  *   v = acc - z * colsum            vpmulld, vpsubd (modulo 2^32)
  *   t = (float)v * sb               vcvtdq2ps, vmulps (round to nearest)
  *   y = sa * t                      vmulps

@@ -357,6 +357,41 @@ static PyObject *m_cpu_name(PyObject *m, PyObject *u)
     return PyUnicode_FromString(smm_cpu_name());
 }
 
+/* cpu_levels(set) -> list of str: smm_cpu_levels (0 runnable, 1 all,
+ * 2 emulated). */
+static PyObject *m_cpu_levels(PyObject *m, PyObject *arg)
+{
+    const char *names[64];
+    int n = 0;
+    long set = PyLong_AsLong(arg);
+    (void)m;
+    if (set == -1 && PyErr_Occurred())
+        return NULL;
+    if (set < INT_MIN || set > INT_MAX ||
+        smm_cpu_levels((smm_cpu_level_set)set, names, 64, &n) != SMM_OK) {
+        PyErr_SetString(PyExc_ValueError, "cpu_levels: set is 0 (runnable), 1 (all) or 2 (emulated)");
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < n && i < 64; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s || PyList_Append(list, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return list;
+}
+
+static PyObject *m_cpu_level_chosen(PyObject *m, PyObject *u)
+{
+    (void)m;
+    (void)u;
+    return PyUnicode_FromString(smm_cpu_level_chosen());
+}
+
 static PyObject *m_strerror(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -414,6 +449,8 @@ static PyMethodDef module_methods[] = {
     {"contract_version", m_contract_version, METH_NOARGS, "smm_contract_version()"},
     {"cpu_features", m_cpu_features, METH_NOARGS, "smm_cpu_features()"},
     {"cpu_name", m_cpu_name, METH_NOARGS, "smm_cpu_name()"},
+    {"cpu_levels", m_cpu_levels, METH_O, "smm_cpu_levels(set)"},
+    {"cpu_level_chosen", m_cpu_level_chosen, METH_NOARGS, "smm_cpu_level_chosen()"},
     {"strerror", m_strerror, METH_O, "smm_strerror(status)"},
     {"backend_name", m_backend_name, METH_O, "smm_backend_name(backend)"},
     {"backend_from_name", m_backend_from_name, METH_O, "smm_backend_from_name(name)"},

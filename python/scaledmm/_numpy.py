@@ -337,8 +337,9 @@ def pack_b(b, backend="auto") -> PackedB:
 
 def info() -> dict:
     """What the loaded library is and can do here: version, contract
-    version, CPU name and features, every backend with whether it can run
-    and why, and the backend AUTO picks."""
+    version, CPU name and features, the CPU kernel levels this CPU runs and
+    the one a cpu context runs, every backend with whether it can run and
+    why, and the backend AUTO picks."""
     backends = {}
     for name in _BACKENDS[1:]:
         ok, why = _core.backend_available(_core.backend_from_name(name))
@@ -348,6 +349,8 @@ def info() -> dict:
         "contract_version": _core.contract_version(),
         "cpu_name": _core.cpu_name(),
         "cpu_features": _core.cpu_features().split(),
+        "cpu_levels": _core.cpu_levels(0),
+        "cpu_level_chosen": _core.cpu_level_chosen(),
         "backends": backends,
         "auto": _core.backend_name(_core.backend_auto()),
     }

@@ -51,6 +51,10 @@ def test_info():
         assert isinstance(v["available"], bool) and v["reason"]
     assert info["auto"] in ("cpu", "reference")
     assert isinstance(info["cpu_features"], list)
+    assert info["cpu_levels"][0] == "scalar"
+    assert len(set(info["cpu_levels"])) == len(info["cpu_levels"])
+    assert info["cpu_level_chosen"] in info["cpu_levels"] or info[
+        "cpu_level_chosen"].endswith("_emulated")
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu", "auto"])
