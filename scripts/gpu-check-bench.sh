@@ -145,6 +145,13 @@ else
     [ -n "$gpu_battery" ] && record check-cuda info "$gpu_battery"
     grep -q 'backend cuda: available' "$build"/tests/check_conformance.log 2>/dev/null ||
         record check-cuda FAIL "the cuda backend did not run in check_conformance"
+    # check_gpu_kernels: each kernel family forced, and how many cases ran it.
+    kernels=$(grep -h 'check_gpu_kernels: family [a-z_]*: [0-9]* cases' \
+              "$build"/tests/check_gpu_kernels.log 2>/dev/null |
+              sed 's/^check_gpu_kernels: family \([a-z_]*\): \([0-9]*\) cases, the forced kernel ran in \([0-9]*\)/\1 \3\/\2/' |
+              tr '\n' ' ')
+    if [ -n "$kernels" ]; then record gpu-kernels info "$kernels"
+    else record gpu-kernels FAIL "check_gpu_kernels did not run the GPU kernels"; fi
 fi
 
 # ---- benchmarks ----
