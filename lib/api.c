@@ -329,7 +329,7 @@ SMM_API smm_status smm_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8
         return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "smm_pack_b: out is NULL");
     /* B's memory decides where an AUTO context packs it; a GPU context's
      * device must read it (checked after the arguments, as for mm_call). */
-    smm_ptr_arg ptr = {"b", b};
+    smm_ptr_arg ptr = {"b", b, 0};
     int nptr = n > 0 && k > 0 && b ? 1 : 0;
     smm_context *t = ctx;
     smm_status st = ctx->routed ? place(ctx, "smm_pack_b", &ptr, nptr, &t) : SMM_OK;

@@ -90,9 +90,9 @@ int smm_mm_pointers(const smm_mm_problem *p, int raw, smm_ptr_arg out[SMM_MAX_PT
     if (p->m <= 0 || p->n <= 0 || p->k < 0)
         return n;
     const smm_ptr_arg all[7] = {
-        {"a", p->k > 0 ? p->a : NULL}, {"b", p->k > 0 ? p->b : NULL}, {"c", p->c},
-        {"scale_a", raw ? NULL : p->scale_a}, {"scale_b", raw ? NULL : p->scale_b},
-        {"bias", raw ? NULL : p->bias}, {"azp", raw ? NULL : p->azp},
+        {"a", p->k > 0 ? p->a : NULL, 0}, {"b", p->k > 0 ? p->b : NULL, 0}, {"c", p->c, 0},
+        {"scale_a", raw ? NULL : p->scale_a, 0}, {"scale_b", raw ? NULL : p->scale_b, 0},
+        {"bias", raw ? NULL : p->bias, 0}, {"azp", raw ? NULL : p->azp, 0},
     };
     for (int i = 0; i < 7; i++)
         if (all[i].ptr)
@@ -106,8 +106,8 @@ int smm_quantize_pointers(const smm_quantize_args *q, smm_ptr_arg out[SMM_MAX_PT
     if (q->m <= 0 || q->k < 0)
         return n;
     const smm_ptr_arg all[4] = {
-        {"x", q->k > 0 ? q->x : NULL}, {"q", q->k > 0 ? q->q : NULL}, {"scale", q->scale},
-        {"azp", q->azp},
+        {"x", q->k > 0 ? q->x : NULL, 0}, {"q", q->k > 0 ? q->q : NULL, 0},
+        {"scale", q->scale, 0}, {"azp", q->azp, 0},
     };
     for (int i = 0; i < 4; i++)
         if (all[i].ptr)

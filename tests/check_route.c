@@ -120,7 +120,7 @@ END_TEST
 /* The exact messages, and a message cut to a small buffer stays a string. */
 START_TEST(test_decide_messages)
 {
-    smm_ptr_arg args[3] = {{"a", (void *)1}, {"b", (void *)2}, {"c", (void *)3}};
+    smm_ptr_arg args[3] = {{"a", (void *)1, 0}, {"b", (void *)2, 0}, {"c", (void *)3, 0}};
     smm_ptr_kind k[3] = {SMM_PTR_DEVICE, SMM_PTR_HOST, SMM_PTR_HOST};
     char msg[256];
     ck_assert_int_eq(smm_route_decide(args, k, 3, 0, msg, sizeof msg), SMM_ROUTE_ERROR);
