@@ -65,7 +65,15 @@ static void usage(FILE *f)
           "Run 'scaledmm COMMAND --help' for a command's options.\n"
           "\n"
           "Environment: SMM_BACKEND (backend AUTO picks), SMM_CPU_ISA (caps the CPU\n"
-          "kernel level: scalar, avx2, avx_vnni, avx512_vnni, amx_int8),\n"
+          "kernel level:", f);
+    /* The level names come from the library's table of levels. */
+    const char *levels[16];
+    int nlevels = 0;
+    if (smm_cpu_levels(SMM_CPU_LEVELS_ALL, levels, 16, &nlevels) != SMM_OK)
+        nlevels = 0;
+    for (i = 0; i < nlevels && i < 16; i++)
+        fprintf(f, "%s %s", i ? "," : "", levels[i]);
+    fputs("),\n"
           "SMM_GPU_PLUGIN_DIR (where the GPU plugins are), OMP_NUM_THREADS (default\n"
           "thread count), SMM_TEST_SEED (seed of 'check'), OPENBLAS_CORETYPE (the\n"
           "SGEMM kernel of the 'bench' baseline).\n"
