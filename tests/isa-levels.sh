@@ -54,8 +54,10 @@ chosen() {
     fi
 }
 # Each level this CPU runs caps the choice at itself (in any case); a
-# level above them all caps at the highest one; an emulation is chosen by
-# its name.
+# level it lacks caps the choice at the highest level it runs below that
+# one (the library lists the levels in ascending order: AVX-512 VNNI
+# without AVX-VNNI runs avx2 under SMM_CPU_ISA=avx_vnni); an emulation is
+# chosen by its name.
 highest=
 for level in $runs; do
     chosen "$level" "$level"
@@ -63,10 +65,11 @@ for level in $runs; do
 done
 chosen "$(printf '%s' "$highest" | tr a-z A-Z)" "$highest"
 chosen c scalar
+below=scalar
 for level in $all; do
     case " $runs " in
-    *" $level "*) ;;
-    *) chosen "$level" "$highest" ;;
+    *" $level "*) below=$level ;;
+    *) chosen "$level" "$below" ;;
     esac
 done
 for level in $emulated; do
