@@ -70,8 +70,9 @@ void cmd_bench_help(FILE *f)
           "caps the CPU backend at (vpdpbusd zmm with AVX-512 VNNI, AMX included,\n"
           "vpdpbusd ymm with AVX-VNNI, else vpmaddwd ymm + vpaddd, counted as 16\n"
           "multiply-adds), 2 ops per multiply-add, median of 3 runs of ~0.1 s; the\n"
-          "bandwidth by all threads OR-ing a buffer of 8 x the last-level cache\n"
-          "with 32-byte loads, median of 5 passes.\n"
+          "bandwidth by all threads OR-ing a buffer of 4 x all L3 caches (at least\n"
+          "8 x the last-level cache) with the widest loads the CPU has (64-byte\n"
+          "with AVX-512), 15 repetitions of ~0.05 s; pct_bw is against the fastest.\n"
           "\n"
           "Weights come from memory, not cache: each layer's weights (and scales)\n"
           "are held in as many copies as make their total exceed twice the last-level\n"
@@ -571,13 +572,20 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
             snprintf(buf, sizeof buf, "not measured (%s)", mc->peak_insn);
         out_meta_str(t, "peak", buf);
         if (mc->bw_gbps > 0.0)
-            snprintf(buf, sizeof buf, "%.2f GB/s read; %d thread%s OR-ing %zu MiB (>= 8 x "
-                     "llc) with %s, median of 5 passes (%.2f s)", mc->bw_gbps,
+            snprintf(buf, sizeof buf, "%.2f GB/s read (fastest; median %.2f, slowest %.2f); "
+                     "%d thread%s OR-ing %zu MiB with %s, %d repetitions of %d pass%s "
+                     "(%.2f s)", mc->bw_max_gbps, mc->bw_median_gbps, mc->bw_min_gbps,
                      mc->threads, mc->threads == 1 ? "" : "s", mc->bw_bytes >> 20,
-                     mc->bw_how, mc->bw_s);
+                     mc->bw_how, mc->bw_reps, mc->bw_passes, mc->bw_passes == 1 ? "" : "es",
+                     mc->bw_s);
         else
             snprintf(buf, sizeof buf, "%s", mc->bw_how);
         out_meta_str(t, "bandwidth", buf);
+        if (mc->bw_gbps > 0.0) {
+            out_meta_real(t, "bw_min_GBps", mc->bw_min_gbps);
+            out_meta_real(t, "bw_median_GBps", mc->bw_median_gbps);
+            out_meta_real(t, "bw_max_GBps", mc->bw_max_gbps);
+        }
     }
     buf[0] = '\0';
     for (i = 0; i < o->nmodels; i++)
@@ -924,7 +932,7 @@ int cmd_bench(int argc, char **argv)
         progress_clear();
     } else if (o.machine) {
         progress_update("measuring the int8 peak and the memory bandwidth ...");
-        bench_machine_measure(&mc, cfg.threads, cfg.llc_bytes);
+        bench_machine_measure(&mc, cfg.threads, cfg.llc_bytes, sysinfo_l3_instances());
         progress_clear();
     }
 
