@@ -110,8 +110,14 @@ void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t
                       float *scale_a, const int8_t *b, const float *scale_b, uint16_t *c,
                       smm_quantize_args *qa, smm_scaled_mm_args *ma);
 
+/* Most timed runs per measurement (--repeats). */
+#define BENCH_MAX_RUNS 1000
+
 typedef struct bench_result {
     int runs;             /* timed runs of the int8 layer */
+    double run_s[BENCH_MAX_RUNS];  /* each of those runs as timed (s), in no
+                                      particular order; device path: a run of
+                                      'launches' launches */
     double quant_s;       /* median quantize time (s) */
     double mm_s;          /* median smm_scaled_mm time (s) */
     double layer_s;       /* median of quantize + smm_scaled_mm (s) */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "bench_onednn.h"
+#include "bench_trust.h"
 #include "buffers.h"
 #include "cli.h"
 #include "commands.h"
@@ -526,7 +527,7 @@ oom:
 /* Adds the metadata that describes the run. */
 static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                      const char *llc_source, const bench_machine *mc,
-                     const bench_device *dev, const bench_summary *sum)
+                     const bench_device *dev, const bench_summary *sum, double load_end)
 {
     char buf[1024];
     const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -673,11 +674,9 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         }
     }
     if (o->load_before >= 0.0) {
-        double after = -1.0;
-        getloadavg(&after, 1);
         snprintf(buf, sizeof buf, "%.2f at the start, %.2f at the end (1-minute load "
                  "average; other work on the machine skews the timings)",
-                 o->load_before, after);
+                 o->load_before, load_end);
         out_meta_str(t, "load", buf);
     }
 }
@@ -845,6 +844,9 @@ int cmd_bench(int argc, char **argv)
     const char *llc_source = "";
     smm_backend backend;
     char failures[2048] = "";
+    double *trust_s = NULL, load_end = -1.0;
+    int *trust_n = NULL, trust_points = 0;
+    size_t trust_len = 0;
     int rc = EXIT_PASS, total, index = 0, mi, li, pr, i;
     double start = timer_now();
 
@@ -922,6 +924,13 @@ int cmd_bench(int argc, char **argv)
     total = 0;
     for (mi = 0; mi < o.nmodels; mi++)
         total += o.models[mi]->nlayers * o.nm;
+    /* Every point's timed runs, for bench_trust_assess. */
+    trust_n = calloc((size_t)total + 1, sizeof *trust_n);
+    trust_s = malloc(((size_t)total * (size_t)cfg.repeats + 1) * sizeof *trust_s);
+    if (!trust_n || !trust_s) {
+        rc = cli_error("bench", "out of memory");
+        goto done;
+    }
     if (progress_enabled())
         fprintf(stderr, "scaledmm bench: %s backend%s, %d threads, seed %" PRIu64
                 ", %d points\n", smm_backend_name(backend),
@@ -1003,6 +1012,11 @@ int cmd_bench(int argc, char **argv)
                     snprintf(failures + strlen(failures), sizeof failures - strlen(failures),
                              "%s%s", failures[0] ? "; " : "", line);
                 }
+                if (ok) {
+                    memcpy(trust_s + trust_len, r.run_s, (size_t)r.runs * sizeof *trust_s);
+                    trust_len += (size_t)r.runs;
+                    trust_n[trust_points++] = r.runs;
+                }
                 if (cfg.device)
                     add_row_device(t, model, layer, o.m[k], &r, ok && r.verified, verify,
                                    &dev, &sum);
@@ -1017,13 +1031,45 @@ int cmd_bench(int argc, char **argv)
     if (sum.onednn_error[0])
         fprintf(stderr, "scaledmm bench: warning: oneDNN baseline: %s\n", sum.onednn_error);
 
-    add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum);
+    if (getloadavg(&load_end, 1) != 1)
+        load_end = -1.0;
+    add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum, load_end);
+    {
+        bench_trust_input ti;
+        bench_trust tr;
+        const char *reasons[BENCH_TRUST_MAX_REASONS];
+        memset(&ti, 0, sizeof ti);
+        ti.samples = trust_s;
+        ti.counts = trust_n;
+        ti.npoints = trust_points;
+        ti.load_start = o.load_before;
+        ti.load_end = load_end;
+        ti.threads = cfg.threads;
+        /* a GPU run's host threads only wait */
+        ti.cpus = cfg.device ? 0 : sysinfo_online_cpus();
+        ti.probe_min = mc.bw_min_gbps;
+        ti.probe_max = mc.bw_max_gbps;
+        bench_trust_assess(&ti, &tr);
+        out_meta_bool(t, "reliable", tr.reliable);
+        for (i = 0; i < tr.nreasons; i++) {
+            char line[300];
+            reasons[i] = tr.reasons[i];
+            snprintf(line, sizeof line, "WARNING: these figures are unreliable: %s",
+                     tr.reasons[i]);
+            fprintf(stderr, "scaledmm bench: %s\n", line);
+            if (out_banner(t, line) != 0)
+                rc = cli_error("bench", "out of memory");
+        }
+        out_meta_strs(t, "unreliable_reasons", reasons, tr.nreasons);
+    }
     if (failures[0])
         out_meta_str(t, "failures", failures);
     out_meta_real(t, "wall_s", timer_now() - start);
     if (out_write(t, o.fmt, stdout, stderr) != 0)
         rc = cli_error("bench", "cannot write the results");
 done:
+    free(trust_s);
+    free(trust_n);
     out_table_free(t);
     smm_context_destroy(cfg.ctx);
     smm_context_destroy(cfg.ref);

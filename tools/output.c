@@ -15,6 +15,9 @@ struct out_table {
     int ncols;
     json_t *rows;   /* array of arrays of ncols values (json null = empty) */
     json_t *meta;   /* object, insertion order kept (jansson >= 2.8) */
+    char **banner;  /* text format: lines before the metadata and after
+                       the table */
+    int nbanner;
 };
 
 int out_parse_format(const char *s, out_format *fmt)
@@ -54,6 +57,9 @@ void out_table_free(out_table *t)
         return;
     json_decref(t->rows);
     json_decref(t->meta);
+    while (t->nbanner > 0)
+        free(t->banner[--t->nbanner]);
+    free(t->banner);
     free(t);
 }
 
@@ -115,10 +121,49 @@ void out_meta_real(out_table *t, const char *key, double value)
     json_object_set_new(t->meta, key, isfinite(value) ? json_real(value) : json_null());
 }
 
-/* Text of one value as the text and CSV writers print it ("" if empty). */
+void out_meta_bool(out_table *t, const char *key, int value)
+{
+    json_object_set_new(t->meta, key, json_boolean(value));
+}
+
+void out_meta_strs(out_table *t, const char *key, const char *const *values, int n)
+{
+    json_t *a = json_array();
+    int i;
+    for (i = 0; a && i < n; i++)
+        json_array_append_new(a, json_string(values[i] ? values[i] : ""));
+    if (a)
+        json_object_set_new(t->meta, key, a);
+}
+
+int out_banner(out_table *t, const char *line)
+{
+    char **b = realloc(t->banner, (size_t)(t->nbanner + 1) * sizeof *b);
+    if (!b)
+        return -1;
+    t->banner = b;
+    if (!(b[t->nbanner] = strdup(line)))
+        return -1;
+    t->nbanner++;
+    return 0;
+}
+
+/* Text of one value as the text and CSV writers print it ("" if empty;
+ * booleans "true" or "false"; a list its items joined by "; "). */
 static void format_value(const json_t *v, int decimals, char *buf, size_t size)
 {
-    if (json_is_string(v))
+    if (json_is_array(v)) {
+        size_t i, len = 0;
+        buf[0] = '\0';
+        for (i = 0; i < json_array_size(v) && len + 1 < size; i++) {
+            snprintf(buf + len, size - len, "%s%s", i ? "; " : "",
+                     json_is_string(json_array_get(v, i))
+                         ? json_string_value(json_array_get(v, i)) : "");
+            len = strlen(buf);
+        }
+    } else if (json_is_boolean(v))
+        snprintf(buf, size, "%s", json_is_true(v) ? "true" : "false");
+    else if (json_is_string(v))
         snprintf(buf, size, "%s", json_string_value(v));
     else if (json_is_integer(v))
         snprintf(buf, size, "%lld", (long long)json_integer_value(v));
@@ -132,7 +177,7 @@ static int write_meta_lines(const out_table *t, FILE *f, const char *prefix)
 {
     const char *key;
     json_t *v;
-    char buf[512];
+    char buf[1024];
     json_object_foreach(t->meta, key, v) {
         if (json_is_real(v))
             snprintf(buf, sizeof buf, "%g", json_real_value(v));
@@ -163,6 +208,10 @@ static int write_text(const out_table *t, FILE *f)
                 width[c] = (int)strlen(buf);
         }
     }
+    for (c = 0; c < t->nbanner; c++)
+        fprintf(f, "%s\n", t->banner[c]);
+    if (t->nbanner > 0)
+        fputc('\n', f);
     if (write_meta_lines(t, f, "") != 0) {
         free(width);
         return -1;
@@ -189,6 +238,10 @@ static int write_text(const out_table *t, FILE *f)
         }
         fputc('\n', f);
     }
+    if (t->nbanner > 0)
+        fputc('\n', f);
+    for (c = 0; c < t->nbanner; c++)
+        fprintf(f, "%s\n", t->banner[c]);
     free(width);
     return ferror(f) ? -1 : 0;
 }
