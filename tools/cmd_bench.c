@@ -26,6 +26,7 @@
 #include "timer.h"
 
 #define MAX_M 32
+#define PROGRESS_LOG_S 5.0  /* seconds between progress lines off a terminal */
 #define DEFAULT_SEED 20240723u
 
 void cmd_bench_help(FILE *f)
@@ -158,7 +159,8 @@ void cmd_bench_help(FILE *f)
           "OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set (OpenBLAS reads them when it\n"
           "is loaded), the tool restarts itself once with both unset and says so on\n"
           "stderr. The 'openblas' line of the output names the kernel used.\n"
-          "Progress goes to stderr when stderr is a terminal.\n"
+          "Progress goes to stderr: on a terminal one line, updated; otherwise a\n"
+          "line every 5 s at most (point i/n, seconds elapsed).\n"
           "Exit status: 0 all points verified, 1 a mismatch or a failed call, 2 bad\n"
           "command line.\n", f);
 }
@@ -931,7 +933,8 @@ int cmd_bench(int argc, char **argv)
         rc = cli_error("bench", "out of memory");
         goto done;
     }
-    if (progress_enabled())
+    progress_log("bench", PROGRESS_LOG_S);
+    if (progress_shown())
         fprintf(stderr, "scaledmm bench: %s backend%s, %d threads, seed %" PRIu64
                 ", %d points\n", smm_backend_name(backend),
                 cfg.device ? " (device API)" : "", cfg.threads, cfg.seed, total);
