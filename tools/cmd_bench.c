@@ -37,7 +37,7 @@ void cmd_bench_help(FILE *f)
           "                      [--threads N] [--repeats N] [--max-time SEC]\n"
           "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
           "                      [--no-onednn] [--no-machine] [--device-api] [--quick]\n"
-          "                      [--weights packed|raw]\n"
+          "                      [--weights packed|raw] [--wide]\n"
           "\n"
           "Times the w8a8 linear layers of real models at several token counts M.\n"
           "One layer, as vLLM serves w8a8 models, is:\n"
@@ -130,6 +130,8 @@ void cmd_bench_help(FILE *f)
           "                      seconds (default 2; 0: a single timed run)\n"
           "      --seed S        data seed, decimal or 0x hex (default 20240723)\n"
           "  -f, --format FMT    table (default), csv or json, on stdout\n"
+          "      --wide          table: every column (by default those that fit\n"
+          "                      120 characters)\n"
           "      --no-baseline   skip the OpenBLAS SGEMM baseline\n"
           "      --no-onednn     skip the oneDNN baseline\n"
           "      --no-machine    skip the peak and bandwidth measurement (pct_peak\n"
@@ -243,10 +245,45 @@ static double gm_get(const gmean *g)
     return g->n ? exp(g->logsum / g->n) : 0.0;
 }
 
-/* "M >= 128, 8 points:", the start of a geomean summary line. */
-static void summary_head(char *buf, size_t size, const char *op, int m, int points)
+/* "M = 128, 512 (M >= 128), 8 points:", the start of a geomean summary
+ * line: the token counts of ms[0..nm-1] on the line's side of the bound m
+ * (op ">=" or "<="). */
+static void summary_head(char *buf, size_t size, const long *ms, int nm, const char *op,
+                         int m, int points)
 {
-    snprintf(buf, size, "M %s %d, %d point%s:", op, m, points, points == 1 ? "" : "s");
+    size_t len;
+    int i, n = 0;
+    snprintf(buf, size, "M = ");
+    for (i = 0; i < nm; i++) {
+        if (op[0] == '>' ? ms[i] < m : ms[i] > m)
+            continue;
+        len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%ld", n++ ? ", " : "", ms[i]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, size - len, " (M %s %d), %d point%s:", op, m, points,
+             points == 1 ? "" : "s");
+}
+
+/* The token counts of ms[0..nm-1] in neither geomean line (small < M <
+ * large), as "M = 32, 64: in neither geomean line (M <= 16, M >= 128)";
+ * 0 when there are none. */
+static int summary_left_out(char *buf, size_t size, const long *ms, int nm, int small,
+                            int large)
+{
+    size_t len;
+    int i, n = 0;
+    snprintf(buf, size, "M = ");
+    for (i = 0; i < nm; i++) {
+        if (ms[i] <= small || ms[i] >= large)
+            continue;
+        len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%ld", n++ ? ", " : "", ms[i]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, size - len, ": in neither geomean line (they cover M <= %d and "
+             "M >= %d)", small, large);
+    return n;
 }
 
 /* Appends " name value" (after the head) or ", name value" to a summary
@@ -288,6 +325,7 @@ typedef struct bench_opts {
     int m_given, repeats_given, max_time_given;
     int machine;          /* measure the peak and the bandwidth */
     int raw_weights;      /* --weights raw */
+    int wide;             /* --wide: every column in the table format */
     double load_before;   /* 1-minute load average at the start, -1 unknown */
     const char *checkpoint;  /* --checkpoint DIR, or NULL */
 } bench_opts;
@@ -310,6 +348,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         { "device-api",  no_argument,       NULL, 'D' },
         { "quick",       no_argument,       NULL, 'Q' },
         { "weights",     required_argument, NULL, 'W' },
+        { "wide",        no_argument,       NULL, 'w' },
         { "help",        no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -415,6 +454,9 @@ static int parse_options(int argc, char **argv, bench_opts *o)
                 return -1;
             }
             break;
+        case 'w':
+            o->wide = 1;
+            break;
         case 'h':
             cmd_bench_help(stdout);
             return 1;
@@ -430,6 +472,11 @@ static int parse_options(int argc, char **argv, bench_opts *o)
     }
     if (optind < argc) {
         cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    if (o->wide && o->fmt != OUT_TABLE) {
+        cli_usage_error("bench", "--wide applies to the table format only (csv and json "
+                        "always have every column)");
         return -1;
     }
     return 0;
@@ -651,29 +698,33 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                  "bit for bit (int8 row, scale, bf16 output)");
     if (cfg->device) {
         if (sum->large_mm_gops.n) {
-            summary_head(buf, sizeof buf, ">=", GPU_LARGE_M, sum->large_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, ">=", GPU_LARGE_M, sum->large_points);
             gm_append(buf, sizeof buf, "mm_GOPS", 1, &sum->large_mm_gops);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_pct_copy_bw.n) {
-            summary_head(buf, sizeof buf, "<=", GPU_SMALL_M, sum->small_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, "<=", GPU_SMALL_M, sum->small_points);
             gm_append(buf, sizeof buf, "pct_copy_bw", 1, &sum->small_pct_copy_bw);
             out_meta_str(t, "geomean_small", buf);
         }
+        if (summary_left_out(buf, sizeof buf, o->m, o->nm, GPU_SMALL_M, GPU_LARGE_M))
+            out_meta_str(t, "geomean_none", buf);
     } else {
         if (sum->large_points > 0) {
-            summary_head(buf, sizeof buf, ">=", CPU_LARGE_M, sum->large_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, ">=", CPU_LARGE_M, sum->large_points);
             gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->large_vs_onednn);
             gm_append(buf, sizeof buf, "speedup", 2, &sum->large_speedup);
             gm_append(buf, sizeof buf, "pct_peak", 1, &sum->large_pct_peak);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_points > 0) {
-            summary_head(buf, sizeof buf, "<=", CPU_SMALL_M, sum->small_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, "<=", CPU_SMALL_M, sum->small_points);
             gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->small_vs_onednn);
             gm_append(buf, sizeof buf, "pct_bw", 1, &sum->small_pct_bw);
             out_meta_str(t, "geomean_small", buf);
         }
+        if (summary_left_out(buf, sizeof buf, o->m, o->nm, CPU_SMALL_M, CPU_LARGE_M))
+            out_meta_str(t, "geomean_none", buf);
     }
     if (o->load_before >= 0.0) {
         snprintf(buf, sizeof buf, "%.2f at the start, %.2f at the end (1-minute load "
@@ -922,6 +973,21 @@ int cmd_bench(int argc, char **argv)
     if (!t) {
         rc = cli_error("bench", "out of memory");
         goto done;
+    }
+    /* The default table fits 120 columns (model names up to 18 characters);
+     * --wide shows the rest, csv and json always have it all. */
+    if (!o.wide) {
+        static const int cpu_hidden[] = { C_RUNS, C_QUANT, C_GBPS, C_SGEMM_RUNS, C_SGEMM,
+                                          C_ONEDNN_RUNS, C_ONEDNN };
+        static const int gpu_hidden[] = { G_RUNS, G_LAUNCHES, G_QUANT };
+        const int *hide = cfg.device ? gpu_hidden : cpu_hidden;
+        const int nhide = cfg.device ? (int)(sizeof gpu_hidden / sizeof gpu_hidden[0])
+                                     : (int)(sizeof cpu_hidden / sizeof cpu_hidden[0]);
+        for (i = 0; i < nhide; i++)
+            out_hide_column(t, hide[i], 1);
+        /* one model: the 'models' line names it */
+        if (o.nmodels == 1)
+            out_hide_column(t, C_MODEL, 1);
     }
     total = 0;
     for (mi = 0; mi < o.nmodels; mi++)

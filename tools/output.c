@@ -17,6 +17,7 @@ struct out_table {
     json_t *meta;   /* object, insertion order kept (jansson >= 2.8) */
     char **banner;  /* text format: lines before the metadata and after
                        the table */
+    unsigned char *hidden;  /* ncols flags: left out of the text format */
     int nbanner;
 };
 
@@ -44,7 +45,8 @@ out_table *out_table_new(const out_column *cols, int ncols)
     t->ncols = ncols;
     t->rows = json_array();
     t->meta = json_object();
-    if (!t->rows || !t->meta) {
+    t->hidden = calloc((size_t)ncols, 1);
+    if (!t->rows || !t->meta || !t->hidden) {
         out_table_free(t);
         return NULL;
     }
@@ -60,6 +62,7 @@ void out_table_free(out_table *t)
     while (t->nbanner > 0)
         free(t->banner[--t->nbanner]);
     free(t->banner);
+    free(t->hidden);
     free(t);
 }
 
@@ -136,6 +139,12 @@ void out_meta_strs(out_table *t, const char *key, const char *const *values, int
         json_object_set_new(t->meta, key, a);
 }
 
+void out_hide_column(out_table *t, int col, int hide)
+{
+    if (col >= 0 && col < t->ncols)
+        t->hidden[col] = hide != 0;
+}
+
 int out_banner(out_table *t, const char *line)
 {
     char **b = realloc(t->banner, (size_t)(t->nbanner + 1) * sizeof *b);
@@ -193,11 +202,14 @@ static int write_text(const out_table *t, FILE *f)
     size_t nrows = json_array_size(t->rows), r;
     int *width = calloc((size_t)t->ncols, sizeof *width);
     char buf[512];
-    int c;
+    int c, first, last = -1;
     if (!width)
         return -1;
-    for (c = 0; c < t->ncols; c++)
+    for (c = 0; c < t->ncols; c++) {
         width[c] = (int)strlen(t->cols[c].name);
+        if (!t->hidden[c])
+            last = c;
+    }
     for (r = 0; r < nrows; r++) {
         json_t *row = json_array_get(t->rows, r);
         for (c = 0; c < t->ncols; c++) {
@@ -218,23 +230,31 @@ static int write_text(const out_table *t, FILE *f)
     }
     if (json_object_size(t->meta) > 0)
         fputc('\n', f);
+    first = 1;
     for (c = 0; c < t->ncols; c++) {
         int left = t->cols[c].type == COL_STR;
-        fprintf(f, "%s%*s", c ? "  " : "", left ? -width[c] : width[c], t->cols[c].name);
+        if (t->hidden[c])
+            continue;
+        fprintf(f, "%s%*s", first ? "" : "  ", left ? -width[c] : width[c], t->cols[c].name);
+        first = 0;
     }
     fputc('\n', f);
     for (r = 0; r < nrows; r++) {
         json_t *row = json_array_get(t->rows, r);
+        first = 1;
         for (c = 0; c < t->ncols; c++) {
             int left = t->cols[c].type == COL_STR;
+            if (t->hidden[c])
+                continue;
             format_value(json_array_get(row, (size_t)c), t->cols[c].decimals, buf, sizeof buf);
             if (buf[0] == '\0')
                 strcpy(buf, "-");
             /* no trailing blanks on the last column */
-            if (c == t->ncols - 1 && left)
-                fprintf(f, "%s%s", c ? "  " : "", buf);
+            if (c == last && left)
+                fprintf(f, "%s%s", first ? "" : "  ", buf);
             else
-                fprintf(f, "%s%*s", c ? "  " : "", left ? -width[c] : width[c], buf);
+                fprintf(f, "%s%*s", first ? "" : "  ", left ? -width[c] : width[c], buf);
+            first = 0;
         }
         fputc('\n', f);
     }

@@ -53,6 +53,10 @@ void out_meta_bool(out_table *t, const char *key, int value);
 /* A list of n strings (a JSON array; in text and CSV joined by "; "). */
 void out_meta_strs(out_table *t, const char *key, const char *const *values, int n);
 
+/* Leaves column col out of the text format (hide != 0) or puts it back;
+ * CSV and JSON always have every column. */
+void out_hide_column(out_table *t, int col, int hide);
+
 /* A line the text format prints before the metadata and again after the
  * table (a warning that must not be missed); the other formats leave it
  * out (their metadata carries the same facts). Returns 0, or -1 when out
