@@ -10,7 +10,7 @@
 # - an empty path (checkpoint, input, output, reference) is a usage error
 #   (exit status 2), not a path to "/config.json"; so is `bench` with both
 #   --model and --checkpoint, or with --wide and a format other than the
-#   table, or --wide=VALUE;
+#   table, or --wide=VALUE; `bench --help` fits 24 lines;
 # - `info --json` with an SMM_BACKEND that makes contexts on AUTO fail
 #   gives "auto": null, as the text says "AUTO: nothing"; otherwise the
 #   text gives AUTO's whole answer ("host data -> ...; device data -> ...");
@@ -103,6 +103,13 @@ done
 "$SCALEDMM" bench --wide=yes >/dev/null 2>"$err"
 rc=$?
 expect 2 "option '--wide' takes no argument" "scaledmm bench --wide=yes"
+# bench --help fits a screen: the man page carries the rest.
+lines=$("$SCALEDMM" bench --help | wc -l)
+if [ "$lines" -gt 24 ]; then
+    echo "FAIL: scaledmm bench --help: $lines lines, expected at most 24"; fail=1
+else
+    echo "ok: scaledmm bench --help: $lines lines"
+fi
 for backend in bogus reference; do
     json=$(SMM_BACKEND=$backend "$SCALEDMM" info --json 2>"$err")
     rc=$?
