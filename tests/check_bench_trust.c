@@ -4,6 +4,7 @@
  * pass, whatever their medians; timings on multiples of a scheduler tick,
  * timings that vary widely, a machine loaded by other work and a bandwidth
  * probe that varies widely are each flagged, with a reason that says so;
+ * runs sized to a target length are not taken for tick-quantised;
  * the bench's own threads in the load average are not counted against it.
  */
 #include "config.h"
@@ -157,6 +158,29 @@ START_TEST(test_quantised)
 }
 END_TEST
 
+/* Runs sized to about 20 ms each (the device path) sit near multiples of
+ * every tick by design: not flagged for it. */
+START_TEST(test_calibrated)
+{
+    cf_rng r = tu_rng("calibrated");
+    timings t;
+    bench_trust_input in;
+    bench_trust tr;
+    int i;
+    for (i = 0; i < NPOINTS * RUNS; i++)
+        t.s[i] = 20e-3 * (1.0 + 0.005 * (2.0 * unit(&r) - 1.0));
+    for (i = 0; i < NPOINTS; i++)
+        t.counts[i] = RUNS;
+    in = input_of(&t);
+    bench_trust_assess(&in, &tr);
+    ck_assert(!tr.reliable);  /* uncalibrated, they would be */
+    in.runs_calibrated = 1;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(tr.reliable);
+}
+END_TEST
+
 /* A coarse clock: short runs read 0 or one 10 ms tick. */
 START_TEST(test_coarse_clock)
 {
@@ -283,6 +307,7 @@ int main(void)
     tcase_add_test(tc, test_wide_spread);
     tcase_add_test(tc, test_quantised);
     tcase_add_test(tc, test_coarse_clock);
+    tcase_add_test(tc, test_calibrated);
     tcase_add_test(tc, test_loaded);
     tcase_add_test(tc, test_probe_spread);
     tcase_add_test(tc, test_all_reasons);

@@ -136,7 +136,8 @@ void bench_trust_assess(const bench_trust_input *in, bench_trust *out)
     out->reliable = 1;
     out->load_other = -1.0;
     test_spread(in, out);
-    test_quanta(in, out);
+    if (!in->runs_calibrated)
+        test_quanta(in, out);
     test_load(in, out);
     if (in->probe_min > 0.0 && in->probe_max > 0.0 &&
         (in->probe_max - in->probe_min) / in->probe_max > BENCH_TRUST_SPREAD_MAX)

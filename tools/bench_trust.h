@@ -16,7 +16,8 @@
  *    BENCH_TRUST_QUANT_POINTS points; a timing of exactly 0, which only a
  *    coarse clock gives, counts as on a multiple. Of the quanta that pass,
  *    the one with the largest share of timings on its multiples is named
- *    (the largest quantum on a tie);
+ *    (the largest quantum on a tie); not applied to calibrated runs
+ *    (runs_calibrated);
  *  - load: the load average not due to the bench itself (the larger of the
  *    load at the start and the load at the end less the bench's threads)
  *    plus the bench's threads exceeds the online CPUs by more than
@@ -48,6 +49,10 @@ typedef struct bench_trust_input {
     double load_end;       /* the same after it ran (< 0: unknown) */
     int threads;           /* threads the bench ran on (>= 1) */
     int cpus;              /* online CPUs (< 1: unknown, no load test) */
+    int runs_calibrated;   /* 1: each run's length was chosen (the device
+                              path sizes its runs to about 20 ms), so their
+                              lengths would sit on multiples of a tick by
+                              design: the quantum test is skipped */
     double probe_min;      /* slowest and fastest repetition of the */
     double probe_max;      /* bandwidth probe (GB/s; <= 0: not measured) */
 } bench_trust_input;

@@ -1007,6 +1007,7 @@ int cmd_bench(int argc, char **argv)
         ti.load_start = o.load_before;
         ti.load_end = load_end;
         ti.threads = cfg.threads;
+        ti.runs_calibrated = cfg.device;
         /* a GPU run's host threads only wait */
         ti.cpus = cfg.device ? 0 : sysinfo_online_cpus();
         ti.probe_min = mc.bw_min_gbps;
