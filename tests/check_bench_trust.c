@@ -181,6 +181,36 @@ START_TEST(test_calibrated)
 }
 END_TEST
 
+/* Layer times of a real run (scaledmm bench --model all --m 1,512
+ * --repeats 1 --max-time 0, 2 threads on 2 busy vCPUs): the M = 1 points
+ * (3 to 30 ms of work when idle: 0.8 to 4 ms) waited for whole 4 ms ticks;
+ * the M = 512 points, work plus ticks, are not multiples. */
+START_TEST(test_real_ticks)
+{
+    static const double ms[16] = { 14.135, 83.378, 16.003, 67.780, 16.000, 205.525,
+                                   15.994, 155.550, 15.997, 199.475, 19.991, 191.283,
+                                   32.001, 1054.510, 24.011, 586.535 };
+    double s[16];
+    int counts[16], i;
+    bench_trust_input in;
+    bench_trust tr;
+    for (i = 0; i < 16; i++) {
+        s[i] = ms[i] * 1e-3;
+        counts[i] = 1;
+    }
+    memset(&in, 0, sizeof in);
+    in.samples = s;
+    in.counts = counts;
+    in.npoints = 16;
+    in.load_start = in.load_end = -1.0;
+    in.threads = 2;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(!tr.reliable);
+    ck_assert_msg(fabs(tr.quantum - 4e-3) < 1e-9, "quantum %g", tr.quantum);
+}
+END_TEST
+
 /* A coarse clock: short runs read 0 or one 10 ms tick. */
 START_TEST(test_coarse_clock)
 {
@@ -308,6 +338,7 @@ int main(void)
     tcase_add_test(tc, test_quantised);
     tcase_add_test(tc, test_coarse_clock);
     tcase_add_test(tc, test_calibrated);
+    tcase_add_test(tc, test_real_ticks);
     tcase_add_test(tc, test_loaded);
     tcase_add_test(tc, test_probe_spread);
     tcase_add_test(tc, test_all_reasons);

@@ -90,7 +90,7 @@ static void test_quanta(const bench_trust_input *in, bench_trust *out)
         for (i = 0; i < in->npoints; p += in->counts[i], i++) {
             int point_hits = 0;
             for (j = 0; j < in->counts[i]; j++) {
-                if (p[j] != 0.0 && !(p[j] >= 0.5 * q))
+                if (p[j] != 0.0 && !(p[j] >= 0.5 * q && p[j] <= BENCH_TRUST_QUANT_SPAN * q))
                     continue;
                 checked++;
                 point_hits += on_multiple(p[j], q);

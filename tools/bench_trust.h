@@ -9,14 +9,17 @@
  *    BENCH_TRUST_SPREAD_MAX;
  *  - quantised timings: for one of the quanta 10, 8, 4, 2 and 1 ms (the
  *    scheduler ticks of HZ = 100, 125, 250, 500, 1000), at least
- *    BENCH_TRUST_QUANT_FRAC of the timings at least half a quantum long
- *    lie within BENCH_TRUST_QUANT_TOL quanta of a multiple of it (by
+ *    BENCH_TRUST_QUANT_FRAC of the timings from half a quantum to
+ *    BENCH_TRUST_QUANT_SPAN quanta long lie within BENCH_TRUST_QUANT_TOL quanta of a multiple of it (by
  *    chance 2 x BENCH_TRUST_QUANT_TOL of them do), with at least
  *    BENCH_TRUST_QUANT_MIN such timings from at least
  *    BENCH_TRUST_QUANT_POINTS points; a timing of exactly 0, which only a
  *    coarse clock gives, counts as on a multiple. Of the quanta that pass,
  *    the one with the largest share of timings on its multiples is named
- *    (the largest quantum on a tie); not applied to calibrated runs
+ *    (the largest quantum on a tie). Longer timings are left out: a long
+ *    run is its work plus whole ticks, not a multiple of one, whereas a
+ *    run far shorter than a tick that waited for one lasts one or more
+ *    whole ticks. Not applied to calibrated runs
  *    (runs_calibrated);
  *  - load: the load average not due to the bench itself (the larger of the
  *    load at the start and the load at the end less the bench's threads)
@@ -34,7 +37,8 @@
 #define BENCH_TRUST_SPREAD_FRAC 0.25
 #define BENCH_TRUST_QUANT_TOL 0.02
 #define BENCH_TRUST_QUANT_FRAC 0.75
-#define BENCH_TRUST_QUANT_MIN 8
+#define BENCH_TRUST_QUANT_SPAN 10
+#define BENCH_TRUST_QUANT_MIN 6
 #define BENCH_TRUST_QUANT_POINTS 3
 #define BENCH_TRUST_LOAD_SLACK 0.5
 #define BENCH_TRUST_MAX_REASONS 4
@@ -66,7 +70,7 @@ typedef struct bench_trust {
     int spread_checked;    /* points with >= 3 runs */
     double quantum;        /* the quantum the timings sit on (s), 0: none */
     int quant_hits;        /* timings on its multiples */
-    int quant_checked;     /* timings at least half of it long */
+    int quant_checked;     /* timings from half of it to QUANT_SPAN x it */
     double load_other;     /* load not due to the bench (-1: unknown) */
 } bench_trust;
 
