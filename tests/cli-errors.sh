@@ -9,7 +9,8 @@
 #   instead of running on another seed than the one asked for;
 # - an empty path (checkpoint, input, output, reference) is a usage error
 #   (exit status 2), not a path to "/config.json"; so is `bench` with both
-#   --model and --checkpoint;
+#   --model and --checkpoint, or with --wide and a format other than the
+#   table, or --wide=VALUE; `bench --help` fits 24 lines;
 # - `info --json` with an SMM_BACKEND that makes contexts on AUTO fail
 #   gives "auto": null, as the text says "AUTO: nothing"; otherwise the
 #   text gives AUTO's whole answer ("host data -> ...; device data -> ...");
@@ -92,6 +93,23 @@ END
 "$SCALEDMM" bench --model all --checkpoint ckpt >/dev/null 2>"$err"
 rc=$?
 expect 2 "exclude each other" "scaledmm bench --model all --checkpoint ckpt"
+# --wide is for the table format; it takes no value. Checked before any
+# measurement, so these exit at once.
+for fmt in csv json; do
+    "$SCALEDMM" bench --wide --format $fmt >/dev/null 2>"$err"
+    rc=$?
+    expect 2 "--wide applies to the table format only" "scaledmm bench --wide --format $fmt"
+done
+"$SCALEDMM" bench --wide=yes >/dev/null 2>"$err"
+rc=$?
+expect 2 "option '--wide' takes no argument" "scaledmm bench --wide=yes"
+# bench --help fits a screen: the man page carries the rest.
+lines=$("$SCALEDMM" bench --help | wc -l)
+if [ "$lines" -gt 24 ]; then
+    echo "FAIL: scaledmm bench --help: $lines lines, expected at most 24"; fail=1
+else
+    echo "ok: scaledmm bench --help: $lines lines"
+fi
 for backend in bogus reference; do
     json=$(SMM_BACKEND=$backend "$SCALEDMM" info --json 2>"$err")
     rc=$?

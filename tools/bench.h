@@ -110,8 +110,14 @@ void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t
                       float *scale_a, const int8_t *b, const float *scale_b, uint16_t *c,
                       smm_quantize_args *qa, smm_scaled_mm_args *ma);
 
+/* Most timed runs per measurement (--repeats). */
+#define BENCH_MAX_RUNS 1000
+
 typedef struct bench_result {
     int runs;             /* timed runs of the int8 layer */
+    double run_s[BENCH_MAX_RUNS];  /* each of those runs as timed (s), in no
+                                      particular order; device path: a run of
+                                      'launches' launches */
     double quant_s;       /* median quantize time (s) */
     double mm_s;          /* median smm_scaled_mm time (s) */
     double layer_s;       /* median of quantize + smm_scaled_mm (s) */
@@ -197,8 +203,14 @@ typedef struct bench_machine {
                               multiply-add); 0: not measured */
     char peak_insn[96];    /* the instruction timed, or why none was */
     double peak_s;         /* seconds the peak measurement took */
-    double bw_gbps;        /* memory read bandwidth, 1e9 bytes/s; 0: not
-                              measured */
+    double bw_gbps;        /* memory read bandwidth, 1e9 bytes/s: the
+                              probe's fastest repetition (bw_max_gbps); 0:
+                              not measured */
+    double bw_min_gbps;    /* its slowest repetition */
+    double bw_median_gbps; /* its median repetition */
+    double bw_max_gbps;    /* its fastest repetition */
+    int bw_reps;           /* timed repetitions */
+    int bw_passes;         /* passes over the buffer per repetition */
     size_t bw_bytes;       /* buffer read per pass */
     char bw_how[96];       /* the loads used, or why not measured */
     double bw_s;           /* seconds the bandwidth measurement took */
@@ -214,13 +226,19 @@ typedef struct bench_machine {
  *    of 3 runs; ops = 2 x multiply-adds. Not measured off x86 or without
  *    AVX2 (peak_gops 0).
  *  - the memory read bandwidth: every thread ORs its own contiguous part
- *    of a buffer of at least 8 x llc_bytes with 32-byte loads (8-byte
- *    without AVX2); one warm-up pass, median of 5 timed passes; bytes per
- *    second over the whole buffer. Not measured when the buffer cannot be
- *    allocated (bw_gbps 0, bw_how says so).
- * Takes about 0.5 s plus 6 passes over the buffer. Never fails.
+ *    of a buffer of 4 x all the L3 caches together (llc_bytes x
+ *    l3_instances), at least 8 x llc_bytes, at most a quarter of the
+ *    physical memory, into 8 independent accumulators with the widest
+ *    loads the CPU has: 64-byte (avx512f), else 32-byte (avx2), else
+ *    8-byte. One warm-up pass and one pass to time; then 15 timed
+ *    repetitions of as many passes as take about 0.05 s; bytes per second
+ *    over the whole buffer, of the slowest, median and fastest repetition
+ *    (bw_gbps = the fastest: what the memory can give). Not measured when
+ *    the buffer cannot be allocated (bw_gbps 0, bw_how says so).
+ * Takes about 0.5 s plus 0.8 s and 3 passes over the buffer. Never fails.
  */
-void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes);
+void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes,
+                           int l3_instances);
 
 /* Median of v[0..n-1] (n >= 1); reorders v. */
 double bench_median(double *v, int n);

@@ -198,7 +198,7 @@ int bench_point_device(const bench_config *cfg, const bench_weights *w, int64_t 
     const char *what = "smm_malloc";
     smm_status st;
     cf_rng rng;
-    int copy = 0, launches, runs, rc = -1;
+    int copy = 0, launches, runs, rc = -1, i;
 
     memset(res, 0, sizeof *res);
     if (w->dev_copies < 1) {
@@ -263,6 +263,8 @@ int bench_point_device(const bench_config *cfg, const bench_weights *w, int64_t 
                         &res->layer_s, &what)) != SMM_OK)
         goto failed;
     res->runs = runs;
+    for (i = 0; i < runs; i++)
+        res->run_s[i] = samples[i] * launches;
 
     /* Poison the device outputs, run once more, read back and verify. The
      * device copies all hold host copy 0's bits. */

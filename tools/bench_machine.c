@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -24,8 +25,10 @@
 #define PEAK_REPS 3          /* timed runs of the peak loop (median) */
 #define PEAK_REP_S 0.1       /* target seconds per timed run */
 #define PEAK_CALIB_S 0.02    /* calibration runs last at least this long */
-#define BW_PASSES 5          /* timed passes over the buffer (median) */
-#define BW_LLC_FACTOR 8      /* buffer = this many times the last-level cache */
+#define BW_REPS 15           /* timed repetitions of the read probe */
+#define BW_REP_S 0.05        /* target seconds per repetition */
+#define BW_LLC_FACTOR 8      /* buffer >= this many times the last-level cache */
+#define BW_L3_FACTOR 4       /* buffer >= this many times all L3s together */
 
 /* Whether the space-separated list `list` holds the word `name`. */
 static int has_word(const char *list, const char *name)
@@ -258,85 +261,139 @@ static void measure_peak(bench_machine *mc, int threads)
 /* ---- memory read bandwidth ---- */
 
 #if BM_X86
-/* ORs bytes (a multiple of 128) with 32-byte aligned loads. */
+/* ORs bytes (a multiple of 512) with 64-byte aligned loads into 8
+ * independent accumulators. */
+__attribute__((target("avx512f")))
+static uint64_t or_avx512(const unsigned char *p, size_t bytes)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+            a6 = a0, a7 = a0;
+    uint64_t out[8];
+    size_t i;
+    for (i = 0; i < bytes; i += 512) {
+        a0 = _mm512_or_si512(a0, _mm512_load_si512((const void *)(p + i)));
+        a1 = _mm512_or_si512(a1, _mm512_load_si512((const void *)(p + i + 64)));
+        a2 = _mm512_or_si512(a2, _mm512_load_si512((const void *)(p + i + 128)));
+        a3 = _mm512_or_si512(a3, _mm512_load_si512((const void *)(p + i + 192)));
+        a4 = _mm512_or_si512(a4, _mm512_load_si512((const void *)(p + i + 256)));
+        a5 = _mm512_or_si512(a5, _mm512_load_si512((const void *)(p + i + 320)));
+        a6 = _mm512_or_si512(a6, _mm512_load_si512((const void *)(p + i + 384)));
+        a7 = _mm512_or_si512(a7, _mm512_load_si512((const void *)(p + i + 448)));
+    }
+    a0 = _mm512_or_si512(_mm512_or_si512(_mm512_or_si512(a0, a1), _mm512_or_si512(a2, a3)),
+                         _mm512_or_si512(_mm512_or_si512(a4, a5), _mm512_or_si512(a6, a7)));
+    _mm512_storeu_si512((void *)out, a0);
+    return out[0] | out[1] | out[2] | out[3] | out[4] | out[5] | out[6] | out[7];
+}
+
+/* The same with 32-byte aligned loads, 8 accumulators. */
 __attribute__((target("avx2")))
 static uint64_t or_avx2(const unsigned char *p, size_t bytes)
 {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+            a6 = a0, a7 = a0;
     uint64_t out[4];
     size_t i;
-    for (i = 0; i < bytes; i += 128) {
+    for (i = 0; i < bytes; i += 256) {
         a0 = _mm256_or_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
         a1 = _mm256_or_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
         a2 = _mm256_or_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
         a3 = _mm256_or_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+        a4 = _mm256_or_si256(a4, _mm256_load_si256((const __m256i *)(p + i + 128)));
+        a5 = _mm256_or_si256(a5, _mm256_load_si256((const __m256i *)(p + i + 160)));
+        a6 = _mm256_or_si256(a6, _mm256_load_si256((const __m256i *)(p + i + 192)));
+        a7 = _mm256_or_si256(a7, _mm256_load_si256((const __m256i *)(p + i + 224)));
     }
-    a0 = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
+    a0 = _mm256_or_si256(_mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3)),
+                         _mm256_or_si256(_mm256_or_si256(a4, a5), _mm256_or_si256(a6, a7)));
     _mm256_storeu_si256((__m256i *)out, a0);
     return out[0] | out[1] | out[2] | out[3];
 }
 #endif
 
-/* ORs bytes (a multiple of 128) with 8-byte loads. */
+/* The same with 8-byte loads, 8 accumulators. */
 static uint64_t or_scalar(const unsigned char *p, size_t bytes)
 {
     const uint64_t *q = (const uint64_t *)(const void *)p;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
     size_t i, n = bytes / 8;
-    for (i = 0; i < n; i += 4) {
+    for (i = 0; i < n; i += 8) {
         a0 |= q[i];
         a1 |= q[i + 1];
         a2 |= q[i + 2];
         a3 |= q[i + 3];
+        a4 |= q[i + 4];
+        a5 |= q[i + 5];
+        a6 |= q[i + 6];
+        a7 |= q[i + 7];
     }
-    return a0 | a1 | a2 | a3;
+    return a0 | a1 | a2 | a3 | a4 | a5 | a6 | a7;
 }
 
-/* One pass: every thread ORs its own contiguous chunk; seconds. */
-static double bw_pass(unsigned char *buf, size_t chunk, int threads, int wide,
-                      uint64_t *out)
+typedef uint64_t (*or_fn)(const unsigned char *p, size_t bytes);
+
+/* One repetition: `passes` passes in which every thread ORs its own
+ * contiguous chunk; seconds. */
+static double bw_rep(unsigned char *buf, size_t chunk, int threads, or_fn fn, int passes,
+                     uint64_t *out)
 {
     uint64_t acc = 0;
     double t0, t1;
     (void)threads;
-    (void)wide;
     t0 = timer_now();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) reduction(|:acc)
 #endif
     {
-        int tid = 0;
-        const unsigned char *p;
+        int tid = 0, p;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        p = buf + (size_t)tid * chunk;
-#if BM_X86
-        if (wide)
-            acc |= or_avx2(p, chunk);
-        else
-#endif
-            acc |= or_scalar(p, chunk);
+        for (p = 0; p < passes; p++)
+            acc |= fn(buf + (size_t)tid * chunk, chunk);
     }
     t1 = timer_now();
     *out |= acc;
     return t1 - t0;
 }
 
-static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes)
+/* Bytes of the probe's buffer: BW_L3_FACTOR x all the L3 instances
+ * together, at least BW_LLC_FACTOR x llc_bytes, at most a quarter of the
+ * physical memory (when known). */
+static size_t bw_buffer_bytes(size_t llc_bytes, int l3_instances)
 {
-    double times[BW_PASSES], t0 = timer_now();
+    size_t want = (size_t)BW_L3_FACTOR * llc_bytes * (size_t)(l3_instances > 0 ? l3_instances : 1);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (want < (size_t)BW_LLC_FACTOR * llc_bytes)
+        want = (size_t)BW_LLC_FACTOR * llc_bytes;
+    if (pages > 0 && page > 0 && want > (size_t)pages / 4 * (size_t)page)
+        want = (size_t)pages / 4 * (size_t)page;
+    return want;
+}
+
+static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes,
+                              int l3_instances)
+{
+    double times[BW_REPS], t, t0 = timer_now();
     size_t chunk, total;
     unsigned char *buf;
     volatile uint64_t keep;
     uint64_t acc = 0;
-    int wide = 0, p;
+    or_fn fn = or_scalar;
+    const char *how = "8-byte loads";
+    int passes = 1, r;
 
 #if BM_X86
-    wide = has_word(smm_cpu_features(), "avx2");
+    if (has_word(smm_cpu_features(), "avx512f")) {
+        fn = or_avx512;
+        how = "64-byte loads (AVX-512)";
+    } else if (has_word(smm_cpu_features(), "avx2")) {
+        fn = or_avx2;
+        how = "32-byte loads (AVX2)";
+    }
 #endif
-    /* Each thread's chunk a multiple of 4 KiB, all together >= 8 x LLC. */
-    chunk = ((BW_LLC_FACTOR * llc_bytes + (size_t)threads - 1) / (size_t)threads + 4095) &
+    /* Each thread's chunk a multiple of 4 KiB (and so of 512 bytes). */
+    chunk = (bw_buffer_bytes(llc_bytes, l3_instances) / (size_t)threads + 4095) &
             ~(size_t)4095;
     total = chunk * (size_t)threads;
     buf = buf_alloc(total);
@@ -356,24 +413,39 @@ static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes)
 #endif
         memset(buf + (size_t)tid * chunk, 0x5a, chunk);
     }
-    bw_pass(buf, chunk, threads, wide, &acc);  /* warm-up */
-    for (p = 0; p < BW_PASSES; p++)
-        times[p] = bw_pass(buf, chunk, threads, wide, &acc);
+    /* Warm-up pass, which also sets the passes per repetition: enough for
+     * BW_REP_S seconds, far above a scheduler tick. */
+    (void)bw_rep(buf, chunk, threads, fn, 1, &acc);
+    t = bw_rep(buf, chunk, threads, fn, 1, &acc);
+    if (t > 0.0 && t < BW_REP_S)
+        passes = (int)(BW_REP_S / t + 0.5);
+    if (passes < 1)
+        passes = 1;
+    for (r = 0; r < BW_REPS; r++)
+        times[r] = bw_rep(buf, chunk, threads, fn, passes, &acc);
     keep = acc;
     (void)keep;
-    mc->bw_gbps = (double)total / bench_median(times, BW_PASSES) * 1e-9;
-    mc->bw_bytes = total;
-    snprintf(mc->bw_how, sizeof mc->bw_how, "%s loads", wide ? "32-byte" : "8-byte");
     free(buf);
+    /* times sorted: the fastest repetition gives the highest rate */
+    t = bench_median(times, BW_REPS);
+    mc->bw_max_gbps = (double)total * passes / times[0] * 1e-9;
+    mc->bw_median_gbps = (double)total * passes / t * 1e-9;
+    mc->bw_min_gbps = (double)total * passes / times[BW_REPS - 1] * 1e-9;
+    mc->bw_gbps = mc->bw_max_gbps;
+    mc->bw_bytes = total;
+    mc->bw_passes = passes;
+    mc->bw_reps = BW_REPS;
+    snprintf(mc->bw_how, sizeof mc->bw_how, "%s", how);
     mc->bw_s = timer_now() - t0;
 }
 
-void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes)
+void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes,
+                           int l3_instances)
 {
     memset(mc, 0, sizeof *mc);
     if (threads < 1)
         threads = 1;
     mc->threads = threads;
     measure_peak(mc, threads);
-    measure_bandwidth(mc, threads, llc_bytes);
+    measure_bandwidth(mc, threads, llc_bytes, l3_instances);
 }

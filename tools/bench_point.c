@@ -185,6 +185,7 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
         goto done;
     }
     res->runs = runs;
+    memcpy(res->run_s, tl, (size_t)runs * sizeof *tl);
     res->quant_s = bench_median(tq, runs);
     res->mm_s = bench_median(tm, runs);
     res->layer_s = bench_median(tl, runs);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 static void vprefixed(const char *cmd, const char *fmt, va_list ap)
@@ -247,12 +248,40 @@ int cli_open_backend(const char *cmd, smm_backend b, smm_context **ctx)
     return -1;
 }
 
+/* Log mode (progress_log): plain lines, at most one per interval. */
+static struct {
+    const char *cmd;      /* NULL: log mode off */
+    double interval, start, last;
+} plog;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int progress_enabled(void)
 {
     static int enabled = -1;
     if (enabled < 0)
         enabled = isatty(STDERR_FILENO) ? 1 : 0;
     return enabled;
+}
+
+void progress_log(const char *cmd, double interval_s)
+{
+    if (progress_enabled())
+        return;
+    plog.cmd = cmd;
+    plog.interval = interval_s;
+    plog.start = now_s();
+    plog.last = -1e300;
+}
+
+int progress_shown(void)
+{
+    return progress_enabled() || plog.cmd != NULL;
 }
 
 /* Width of the terminal on stderr (80 when unknown). */
@@ -269,6 +298,18 @@ void progress_update(const char *fmt, ...)
     char line[512];
     int width;
     va_list ap;
+    if (!progress_enabled() && plog.cmd) {
+        double t = now_s();
+        if (t - plog.last < plog.interval)
+            return;
+        plog.last = t;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof line, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "scaledmm %s: %s (%.0f s elapsed)\n", plog.cmd, line, t - plog.start);
+        fflush(stderr);
+        return;
+    }
     if (!progress_enabled())
         return;
     va_start(ap, fmt);

@@ -77,6 +77,14 @@ int cli_open_backend(const char *cmd, smm_backend b, smm_context **ctx);
 /* Progress lines on stderr, shown only when stderr is a terminal. Each
  * update overwrites the previous line; progress_clear erases it. */
 int progress_enabled(void);
+/* When stderr is not a terminal: from now on, progress_update prints its
+ * line as "scaledmm CMD: LINE (N s elapsed)" followed by a newline, at most
+ * once every interval_s seconds (the first update at once), and
+ * progress_clear does nothing. No effect on a terminal. cmd must outlive
+ * the calls. */
+void progress_log(const char *cmd, double interval_s);
+/* Whether progress is shown at all (a terminal, or progress_log on). */
+int progress_shown(void);
 void progress_update(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_clear(void);
 

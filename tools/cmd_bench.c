@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "bench_onednn.h"
+#include "bench_trust.h"
 #include "buffers.h"
 #include "cli.h"
 #include "commands.h"
@@ -25,140 +26,38 @@
 #include "timer.h"
 
 #define MAX_M 32
+#define PROGRESS_LOG_S 5.0  /* seconds between progress lines off a terminal */
 #define DEFAULT_SEED 20240723u
 
 void cmd_bench_help(FILE *f)
 {
     int i;
-    fputs("Usage: scaledmm bench [--model NAME|all | --checkpoint DIR] [--m LIST]\n"
-          "                      [--backend NAME]\n"
-          "                      [--threads N] [--repeats N] [--max-time SEC]\n"
-          "                      [--seed S] [--format table|csv|json] [--no-baseline]\n"
-          "                      [--no-onednn] [--no-machine] [--device-api] [--quick]\n"
-          "                      [--weights packed|raw]\n"
-          "\n"
-          "Times the w8a8 linear layers of real models at several token counts M.\n"
-          "One layer, as vLLM serves w8a8 models, is:\n"
-          "  smm_quantize_i8   bf16 activations M x K -> int8, dynamic per-token\n"
-          "                    symmetric scales;\n"
-          "  smm_scaled_mm     int8 M x K times int8 weights N x K, per-token x\n"
-          "                    per-channel scales, bfloat16 output M x N.\n"
-          "Timed (CLOCK_MONOTONIC): the layer = quantize + scaled_mm together, and\n"
-          "each part alone; medians of the timed runs after one warm-up run. The\n"
-          "timed runs stop after --repeats runs, or earlier once they have taken\n"
-          "--max-time seconds (at least one run); the 'runs' columns give the counts.\n"
-          "GOPS = 2*M*N*K / layer time; weight_GBps = N*K weight bytes / layer time;\n"
-          "speedup = SGEMM time / layer time, the SGEMM being OpenBLAS cblas_sgemm\n"
-          "on the same problem in float32 (M x K by K x N), same thread count.\n"
-          "onednn_ms = oneDNN's s8 x s8 matmul (when the tool is built with oneDNN)\n"
-          "of the same int8 activations by the same weights, reordered once, before\n"
-          "timing, into the layout oneDNN prefers (when that is a plain one, N x K is\n"
-          "tried as well and the faster kept; the 'onednn' line says which);\n"
-          "per-channel output scales, float32 output, same thread count, same\n"
-          "weight rotation. oneDNN 2.x has no per-token x per-channel output scale,\n"
-          "so it does less epilogue work than smm_scaled_mm (no per-token scale, no\n"
-          "bf16 rounding). vs_onednn = onednn_ms / mm_ms: the throughput of\n"
-          "our smm_scaled_mm alone over oneDNN's matmul alone (quantization is\n"
-          "outside both). The 'geomean' lines give geometric means over the points\n"
-          "with M >= 128 (vs_onednn, speedup, pct_peak) and M <= 16 (vs_onednn,\n"
-          "pct_bw).\n"
-          "pct_peak = GOPS / the machine's int8 peak * 100; pct_bw = weight_GBps /\n"
-          "the machine's read bandwidth * 100. Both machine figures are measured\n"
-          "once per run, before the layers, on the same threads (the 'peak' and\n"
-          "'bandwidth' lines): the peak by a register-only loop of the widest int8\n"
-          "dot-product instruction the CPU has, at or below the level SMM_CPU_ISA\n"
-          "caps the CPU backend at (vpdpbusd zmm with AVX-512 VNNI, AMX included,\n"
-          "vpdpbusd ymm with AVX-VNNI, else vpmaddwd ymm + vpaddd, counted as 16\n"
-          "multiply-adds), 2 ops per multiply-add, median of 3 runs of ~0.1 s; the\n"
-          "bandwidth by all threads OR-ing a buffer of 8 x the last-level cache\n"
-          "with 32-byte loads, median of 5 passes.\n"
-          "\n"
-          "Weights come from memory, not cache: each layer's weights (and scales)\n"
-          "are held in as many copies as make their total exceed twice the last-level\n"
-          "cache (size from /sys/devices/system/cpu/cpu0/cache, else\n"
-          "sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB), and consecutive calls use\n"
-          "consecutive copies. The SGEMM's float weights rotate the same way.\n"
-          "\n"
-          "Weights are packed once per copy with smm_pack_b, before timing, and\n"
-          "passed as b_packed, as an inference engine loads them (and as oneDNN's are\n"
-          "reordered); --weights raw passes the int8 rows themselves (b, ldb = K).\n"
-          "The 'weights' line says which.\n"
-          "\n"
-          "Every point is verified: for rows 0, M/2 and M-1 the reference backend\n"
-          "quantizes the same bf16 row and multiplies it, and the int8 row, its scale\n"
-          "and the bf16 output row must equal the tested backend's bit for bit\n"
-          "(memcmp). A row that differs is marked FAIL and the exit status is 1.\n"
-          "Data are random from a fixed seed (printed).\n"
-          "\n"
-          "On a GPU backend (rocm, cuda) every buffer is device memory (smm_malloc,\n"
-          "inputs copied with smm_memcpy) and the calls are asynchronous: after one\n"
-          "warm-up, each timed run queues L launches back to back and waits with\n"
-          "smm_synchronize (host CLOCK_MONOTONIC); one sample = run time / L, with L\n"
-          "chosen per point so that a run lasts about 20 ms; medians of the samples.\n"
-          "Weights rotate over device copies totalling more than 256 MiB (the GPU's\n"
-          "L2 is smaller), packed on the device as on the host unless --weights raw.\n"
-          "After timing, the outputs are poisoned, one more layer\n"
-          "runs, and its int8 activations, scales and bf16 output, copied back, are\n"
-          "verified as above. The default M list is then 1,16,32,2048,4096,8192, the\n"
-          "CPU baselines and CPU peak/bandwidth are skipped, and the device's copy\n"
-          "bandwidth is measured instead (the 'device_copy' line: device-to-device\n"
-          "smm_memcpy of up to 1 GiB, bytes read + written per second, median of 5\n"
-          "runs of 4 copies). The table then has launches; mm_GOPS = 2*M*N*K / mm\n"
-          "time; mm_GBps = N*K weight bytes / mm time; pct_copy_bw = mm_GBps / the\n"
-          "copy bandwidth * 100 (points with M <= 32). The 'geomean' lines cover\n"
-          "M >= 2048 (mm_GOPS) and M <= 32 (pct_copy_bw).\n"
-          "\n"
-          "Options:\n"
-          "      --model NAME    a model below, or 'all' (default llama-3.1-8b)\n"
-          "      --checkpoint DIR  instead of --model (not both): every linear layer\n"
-          "                      of a compressed-tensors w8a8 checkpoint, with its shapes,\n"
-          "                      its int8 weights and its weight scales (per-tensor\n"
-          "                      scales repeated per channel: the same bits); the\n"
-          "                      activations are quantized dynamic per-token whatever\n"
-          "                      the checkpoint's activation scheme\n"
-          "      --m LIST        comma-separated token counts (default 1,16,128,512;\n"
-          "                      on a GPU 1,16,32,2048,4096,8192)\n"
-          "  -b, --backend NAME  auto (default, honours SMM_BACKEND), reference, cpu,\n"
-          "                      rocm, cuda\n"
-          "  -t, --threads N     threads for the backend and for OpenBLAS (default:\n"
-          "                      omp_get_max_threads, i.e. OMP_NUM_THREADS or cores)\n"
+    fputs("Usage: scaledmm bench [--model NAME|all | --checkpoint DIR] [--m LIST] [OPTIONS]\n"
+          "Times w8a8 linear layers (smm_quantize_i8 + smm_scaled_mm) of real models at\n"
+          "token counts M beside OpenBLAS SGEMM and oneDNN, verifies every point bit for\n"
+          "bit against the reference, and flags unreliable runs. man scaledmm: the rest.\n"
+          "      --model NAME|all  a model below (default llama-3.1-8b), or all of them\n"
+          "      --checkpoint DIR  every linear layer of a compressed-tensors checkpoint\n"
+          "      --m LIST        token counts (default 1,16,128,512; GPU 1,16,32,2048,...)\n"
+          "  -b, --backend NAME  auto (default), reference, cpu, rocm, cuda\n"
+          "  -t, --threads N     threads (default: OMP_NUM_THREADS, else the cores)\n"
           "  -r, --repeats N     timed runs per measurement, at most (default 5)\n"
-          "      --max-time SEC  stop a measurement's timed runs once they took SEC\n"
-          "                      seconds (default 2; 0: a single timed run)\n"
-          "      --seed S        data seed, decimal or 0x hex (default 20240723)\n"
+          "      --max-time SEC  stop a measurement's runs after SEC seconds (default 2)\n"
+          "      --seed S        data seed (default 20240723)\n"
           "  -f, --format FMT    table (default), csv or json, on stdout\n"
-          "      --no-baseline   skip the OpenBLAS SGEMM baseline\n"
-          "      --no-onednn     skip the oneDNN baseline\n"
-          "      --no-machine    skip the peak and bandwidth measurement (pct_peak\n"
-          "                      and pct_bw then empty; on a GPU the copy bandwidth)\n"
-          "      --device-api    time through the device API (smm_malloc, batches of\n"
-          "                      launches, smm_synchronize) as on a GPU, whatever the\n"
-          "                      backend; the default on rocm and cuda\n"
-          "      --weights W     packed (default): weights packed once per copy with\n"
-          "                      smm_pack_b; raw: the int8 rows (N x K) themselves\n"
-          "      --quick         a short run: M = 1,128 (1,2048 on a GPU), at most 3\n"
-          "                      timed runs, --max-time 0.25 (explicit --m, --repeats,\n"
-          "                      --max-time win)\n"
+          "      --wide          table: every column, not only those that fit 120\n"
+          "      --weights W     packed (default: smm_pack_b once per copy) or raw\n"
+          "      --no-baseline, --no-onednn  skip the SGEMM, the oneDNN baseline\n"
+          "      --no-machine    skip the int8 peak and read-bandwidth probes\n"
+          "      --device-api    time through the device API (default on rocm, cuda)\n"
+          "      --quick         M = 1,128 (GPU 1,2048), 3 runs, --max-time 0.25\n"
           "  -h, --help          show this help\n"
-          "\n"
-          "Models (N x K per layer):\n", f);
-    for (i = 0; i < models_count(); i++) {
-        const model_shapes *m = models_get(i);
-        int l;
-        fprintf(f, "  %-20s", m->name);
-        for (l = 0; l < m->nlayers; l++)
-            fprintf(f, "%s%s %lldx%lld", l ? ", " : "", m->layers[l].name,
-                    (long long)m->layers[l].n, (long long)m->layers[l].k);
-        fputc('\n', f);
-    }
+          "Models:", f);
+    for (i = 0; i < models_count(); i++)
+        fprintf(f, " %s", models_get(i)->name);
     fputs("\n"
-          "The SGEMM baseline runs with the kernel OpenBLAS picks for this CPU: when\n"
-          "OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set (OpenBLAS reads them when it\n"
-          "is loaded), the tool restarts itself once with both unset and says so on\n"
-          "stderr. The 'openblas' line of the output names the kernel used.\n"
-          "Progress goes to stderr when stderr is a terminal.\n"
-          "Exit status: 0 all points verified, 1 a mismatch or a failed call, 2 bad\n"
-          "command line.\n", f);
+          "Exit status: 0 all points verified, 1 a mismatch or failed call, 2 bad usage.\n",
+          f);
 }
 
 enum {
@@ -239,10 +138,45 @@ static double gm_get(const gmean *g)
     return g->n ? exp(g->logsum / g->n) : 0.0;
 }
 
-/* "M >= 128, 8 points:", the start of a geomean summary line. */
-static void summary_head(char *buf, size_t size, const char *op, int m, int points)
+/* "M = 128, 512 (M >= 128), 8 points:", the start of a geomean summary
+ * line: the token counts of ms[0..nm-1] on the line's side of the bound m
+ * (op ">=" or "<="). */
+static void summary_head(char *buf, size_t size, const long *ms, int nm, const char *op,
+                         int m, int points)
 {
-    snprintf(buf, size, "M %s %d, %d point%s:", op, m, points, points == 1 ? "" : "s");
+    size_t len;
+    int i, n = 0;
+    snprintf(buf, size, "M = ");
+    for (i = 0; i < nm; i++) {
+        if (op[0] == '>' ? ms[i] < m : ms[i] > m)
+            continue;
+        len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%ld", n++ ? ", " : "", ms[i]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, size - len, " (M %s %d), %d point%s:", op, m, points,
+             points == 1 ? "" : "s");
+}
+
+/* The token counts of ms[0..nm-1] in neither geomean line (small < M <
+ * large), as "M = 32, 64: in neither geomean line (M <= 16, M >= 128)";
+ * 0 when there are none. */
+static int summary_left_out(char *buf, size_t size, const long *ms, int nm, int small,
+                            int large)
+{
+    size_t len;
+    int i, n = 0;
+    snprintf(buf, size, "M = ");
+    for (i = 0; i < nm; i++) {
+        if (ms[i] <= small || ms[i] >= large)
+            continue;
+        len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%ld", n++ ? ", " : "", ms[i]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, size - len, ": in neither geomean line (they cover M <= %d and "
+             "M >= %d)", small, large);
+    return n;
 }
 
 /* Appends " name value" (after the head) or ", name value" to a summary
@@ -284,6 +218,7 @@ typedef struct bench_opts {
     int m_given, repeats_given, max_time_given;
     int machine;          /* measure the peak and the bandwidth */
     int raw_weights;      /* --weights raw */
+    int wide;             /* --wide: every column in the table format */
     double load_before;   /* 1-minute load average at the start, -1 unknown */
     const char *checkpoint;  /* --checkpoint DIR, or NULL */
 } bench_opts;
@@ -306,6 +241,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         { "device-api",  no_argument,       NULL, 'D' },
         { "quick",       no_argument,       NULL, 'Q' },
         { "weights",     required_argument, NULL, 'W' },
+        { "wide",        no_argument,       NULL, 'w' },
         { "help",        no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -411,6 +347,9 @@ static int parse_options(int argc, char **argv, bench_opts *o)
                 return -1;
             }
             break;
+        case 'w':
+            o->wide = 1;
+            break;
         case 'h':
             cmd_bench_help(stdout);
             return 1;
@@ -426,6 +365,11 @@ static int parse_options(int argc, char **argv, bench_opts *o)
     }
     if (optind < argc) {
         cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    if (o->wide && o->fmt != OUT_TABLE) {
+        cli_usage_error("bench", "--wide applies to the table format only (csv and json "
+                        "always have every column)");
         return -1;
     }
     return 0;
@@ -525,7 +469,7 @@ oom:
 /* Adds the metadata that describes the run. */
 static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                      const char *llc_source, const bench_machine *mc,
-                     const bench_device *dev, const bench_summary *sum)
+                     const bench_device *dev, const bench_summary *sum, double load_end)
 {
     char buf[1024];
     const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -571,13 +515,20 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
             snprintf(buf, sizeof buf, "not measured (%s)", mc->peak_insn);
         out_meta_str(t, "peak", buf);
         if (mc->bw_gbps > 0.0)
-            snprintf(buf, sizeof buf, "%.2f GB/s read; %d thread%s OR-ing %zu MiB (>= 8 x "
-                     "llc) with %s, median of 5 passes (%.2f s)", mc->bw_gbps,
+            snprintf(buf, sizeof buf, "%.2f GB/s read (fastest; median %.2f, slowest %.2f); "
+                     "%d thread%s OR-ing %zu MiB with %s, %d repetitions of %d pass%s "
+                     "(%.2f s)", mc->bw_max_gbps, mc->bw_median_gbps, mc->bw_min_gbps,
                      mc->threads, mc->threads == 1 ? "" : "s", mc->bw_bytes >> 20,
-                     mc->bw_how, mc->bw_s);
+                     mc->bw_how, mc->bw_reps, mc->bw_passes, mc->bw_passes == 1 ? "" : "es",
+                     mc->bw_s);
         else
             snprintf(buf, sizeof buf, "%s", mc->bw_how);
         out_meta_str(t, "bandwidth", buf);
+        if (mc->bw_gbps > 0.0) {
+            out_meta_real(t, "bw_min_GBps", mc->bw_min_gbps);
+            out_meta_real(t, "bw_median_GBps", mc->bw_median_gbps);
+            out_meta_real(t, "bw_max_GBps", mc->bw_max_gbps);
+        }
     }
     buf[0] = '\0';
     for (i = 0; i < o->nmodels; i++)
@@ -640,36 +591,38 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                  "bit for bit (int8 row, scale, bf16 output)");
     if (cfg->device) {
         if (sum->large_mm_gops.n) {
-            summary_head(buf, sizeof buf, ">=", GPU_LARGE_M, sum->large_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, ">=", GPU_LARGE_M, sum->large_points);
             gm_append(buf, sizeof buf, "mm_GOPS", 1, &sum->large_mm_gops);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_pct_copy_bw.n) {
-            summary_head(buf, sizeof buf, "<=", GPU_SMALL_M, sum->small_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, "<=", GPU_SMALL_M, sum->small_points);
             gm_append(buf, sizeof buf, "pct_copy_bw", 1, &sum->small_pct_copy_bw);
             out_meta_str(t, "geomean_small", buf);
         }
+        if (summary_left_out(buf, sizeof buf, o->m, o->nm, GPU_SMALL_M, GPU_LARGE_M))
+            out_meta_str(t, "geomean_none", buf);
     } else {
         if (sum->large_points > 0) {
-            summary_head(buf, sizeof buf, ">=", CPU_LARGE_M, sum->large_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, ">=", CPU_LARGE_M, sum->large_points);
             gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->large_vs_onednn);
             gm_append(buf, sizeof buf, "speedup", 2, &sum->large_speedup);
             gm_append(buf, sizeof buf, "pct_peak", 1, &sum->large_pct_peak);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_points > 0) {
-            summary_head(buf, sizeof buf, "<=", CPU_SMALL_M, sum->small_points);
+            summary_head(buf, sizeof buf, o->m, o->nm, "<=", CPU_SMALL_M, sum->small_points);
             gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->small_vs_onednn);
             gm_append(buf, sizeof buf, "pct_bw", 1, &sum->small_pct_bw);
             out_meta_str(t, "geomean_small", buf);
         }
+        if (summary_left_out(buf, sizeof buf, o->m, o->nm, CPU_SMALL_M, CPU_LARGE_M))
+            out_meta_str(t, "geomean_none", buf);
     }
     if (o->load_before >= 0.0) {
-        double after = -1.0;
-        getloadavg(&after, 1);
         snprintf(buf, sizeof buf, "%.2f at the start, %.2f at the end (1-minute load "
                  "average; other work on the machine skews the timings)",
-                 o->load_before, after);
+                 o->load_before, load_end);
         out_meta_str(t, "load", buf);
     }
 }
@@ -837,6 +790,9 @@ int cmd_bench(int argc, char **argv)
     const char *llc_source = "";
     smm_backend backend;
     char failures[2048] = "";
+    double *trust_s = NULL, load_end = -1.0;
+    int *trust_n = NULL, trust_points = 0;
+    size_t trust_len = 0;
     int rc = EXIT_PASS, total, index = 0, mi, li, pr, i;
     double start = timer_now();
 
@@ -911,10 +867,33 @@ int cmd_bench(int argc, char **argv)
         rc = cli_error("bench", "out of memory");
         goto done;
     }
+    /* The default table fits 120 columns (model names up to 18 characters);
+     * --wide shows the rest, csv and json always have it all. */
+    if (!o.wide) {
+        static const int cpu_hidden[] = { C_RUNS, C_QUANT, C_GBPS, C_SGEMM_RUNS, C_SGEMM,
+                                          C_ONEDNN_RUNS, C_ONEDNN };
+        static const int gpu_hidden[] = { G_RUNS, G_LAUNCHES, G_QUANT };
+        const int *hide = cfg.device ? gpu_hidden : cpu_hidden;
+        const int nhide = cfg.device ? (int)(sizeof gpu_hidden / sizeof gpu_hidden[0])
+                                     : (int)(sizeof cpu_hidden / sizeof cpu_hidden[0]);
+        for (i = 0; i < nhide; i++)
+            out_hide_column(t, hide[i], 1);
+        /* one model: the 'models' line names it */
+        if (o.nmodels == 1)
+            out_hide_column(t, C_MODEL, 1);
+    }
     total = 0;
     for (mi = 0; mi < o.nmodels; mi++)
         total += o.models[mi]->nlayers * o.nm;
-    if (progress_enabled())
+    /* Every point's timed runs, for bench_trust_assess. */
+    trust_n = calloc((size_t)total + 1, sizeof *trust_n);
+    trust_s = malloc(((size_t)total * (size_t)cfg.repeats + 1) * sizeof *trust_s);
+    if (!trust_n || !trust_s) {
+        rc = cli_error("bench", "out of memory");
+        goto done;
+    }
+    progress_log("bench", PROGRESS_LOG_S);
+    if (progress_shown())
         fprintf(stderr, "scaledmm bench: %s backend%s, %d threads, seed %" PRIu64
                 ", %d points\n", smm_backend_name(backend),
                 cfg.device ? " (device API)" : "", cfg.threads, cfg.seed, total);
@@ -924,7 +903,7 @@ int cmd_bench(int argc, char **argv)
         progress_clear();
     } else if (o.machine) {
         progress_update("measuring the int8 peak and the memory bandwidth ...");
-        bench_machine_measure(&mc, cfg.threads, cfg.llc_bytes);
+        bench_machine_measure(&mc, cfg.threads, cfg.llc_bytes, sysinfo_l3_instances());
         progress_clear();
     }
 
@@ -995,6 +974,11 @@ int cmd_bench(int argc, char **argv)
                     snprintf(failures + strlen(failures), sizeof failures - strlen(failures),
                              "%s%s", failures[0] ? "; " : "", line);
                 }
+                if (ok) {
+                    memcpy(trust_s + trust_len, r.run_s, (size_t)r.runs * sizeof *trust_s);
+                    trust_len += (size_t)r.runs;
+                    trust_n[trust_points++] = r.runs;
+                }
                 if (cfg.device)
                     add_row_device(t, model, layer, o.m[k], &r, ok && r.verified, verify,
                                    &dev, &sum);
@@ -1009,13 +993,46 @@ int cmd_bench(int argc, char **argv)
     if (sum.onednn_error[0])
         fprintf(stderr, "scaledmm bench: warning: oneDNN baseline: %s\n", sum.onednn_error);
 
-    add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum);
+    if (getloadavg(&load_end, 1) != 1)
+        load_end = -1.0;
+    add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum, load_end);
+    {
+        bench_trust_input ti;
+        bench_trust tr;
+        const char *reasons[BENCH_TRUST_MAX_REASONS];
+        memset(&ti, 0, sizeof ti);
+        ti.samples = trust_s;
+        ti.counts = trust_n;
+        ti.npoints = trust_points;
+        ti.load_start = o.load_before;
+        ti.load_end = load_end;
+        ti.threads = cfg.threads;
+        ti.runs_calibrated = cfg.device;
+        /* a GPU run's host threads only wait */
+        ti.cpus = cfg.device ? 0 : sysinfo_online_cpus();
+        ti.probe_min = mc.bw_min_gbps;
+        ti.probe_max = mc.bw_max_gbps;
+        bench_trust_assess(&ti, &tr);
+        out_meta_bool(t, "reliable", tr.reliable);
+        for (i = 0; i < tr.nreasons; i++) {
+            char line[300];
+            reasons[i] = tr.reasons[i];
+            snprintf(line, sizeof line, "WARNING: these figures are unreliable: %s",
+                     tr.reasons[i]);
+            fprintf(stderr, "scaledmm bench: %s\n", line);
+            if (out_banner(t, line) != 0)
+                rc = cli_error("bench", "out of memory");
+        }
+        out_meta_strs(t, "unreliable_reasons", reasons, tr.nreasons);
+    }
     if (failures[0])
         out_meta_str(t, "failures", failures);
     out_meta_real(t, "wall_s", timer_now() - start);
     if (out_write(t, o.fmt, stdout, stderr) != 0)
         rc = cli_error("bench", "cannot write the results");
 done:
+    free(trust_s);
+    free(trust_n);
     out_table_free(t);
     smm_context_destroy(cfg.ctx);
     smm_context_destroy(cfg.ref);

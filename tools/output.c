@@ -15,6 +15,10 @@ struct out_table {
     int ncols;
     json_t *rows;   /* array of arrays of ncols values (json null = empty) */
     json_t *meta;   /* object, insertion order kept (jansson >= 2.8) */
+    char **banner;  /* text format: lines before the metadata and after
+                       the table */
+    unsigned char *hidden;  /* ncols flags: left out of the text format */
+    int nbanner;
 };
 
 int out_parse_format(const char *s, out_format *fmt)
@@ -41,7 +45,8 @@ out_table *out_table_new(const out_column *cols, int ncols)
     t->ncols = ncols;
     t->rows = json_array();
     t->meta = json_object();
-    if (!t->rows || !t->meta) {
+    t->hidden = calloc((size_t)ncols, 1);
+    if (!t->rows || !t->meta || !t->hidden) {
         out_table_free(t);
         return NULL;
     }
@@ -54,6 +59,10 @@ void out_table_free(out_table *t)
         return;
     json_decref(t->rows);
     json_decref(t->meta);
+    while (t->nbanner > 0)
+        free(t->banner[--t->nbanner]);
+    free(t->banner);
+    free(t->hidden);
     free(t);
 }
 
@@ -115,10 +124,55 @@ void out_meta_real(out_table *t, const char *key, double value)
     json_object_set_new(t->meta, key, isfinite(value) ? json_real(value) : json_null());
 }
 
-/* Text of one value as the text and CSV writers print it ("" if empty). */
+void out_meta_bool(out_table *t, const char *key, int value)
+{
+    json_object_set_new(t->meta, key, json_boolean(value));
+}
+
+void out_meta_strs(out_table *t, const char *key, const char *const *values, int n)
+{
+    json_t *a = json_array();
+    int i;
+    for (i = 0; a && i < n; i++)
+        json_array_append_new(a, json_string(values[i] ? values[i] : ""));
+    if (a)
+        json_object_set_new(t->meta, key, a);
+}
+
+void out_hide_column(out_table *t, int col, int hide)
+{
+    if (col >= 0 && col < t->ncols)
+        t->hidden[col] = hide != 0;
+}
+
+int out_banner(out_table *t, const char *line)
+{
+    char **b = realloc(t->banner, (size_t)(t->nbanner + 1) * sizeof *b);
+    if (!b)
+        return -1;
+    t->banner = b;
+    if (!(b[t->nbanner] = strdup(line)))
+        return -1;
+    t->nbanner++;
+    return 0;
+}
+
+/* Text of one value as the text and CSV writers print it ("" if empty;
+ * booleans "true" or "false"; a list its items joined by "; "). */
 static void format_value(const json_t *v, int decimals, char *buf, size_t size)
 {
-    if (json_is_string(v))
+    if (json_is_array(v)) {
+        size_t i, len = 0;
+        buf[0] = '\0';
+        for (i = 0; i < json_array_size(v) && len + 1 < size; i++) {
+            snprintf(buf + len, size - len, "%s%s", i ? "; " : "",
+                     json_is_string(json_array_get(v, i))
+                         ? json_string_value(json_array_get(v, i)) : "");
+            len = strlen(buf);
+        }
+    } else if (json_is_boolean(v))
+        snprintf(buf, size, "%s", json_is_true(v) ? "true" : "false");
+    else if (json_is_string(v))
         snprintf(buf, size, "%s", json_string_value(v));
     else if (json_is_integer(v))
         snprintf(buf, size, "%lld", (long long)json_integer_value(v));
@@ -132,7 +186,7 @@ static int write_meta_lines(const out_table *t, FILE *f, const char *prefix)
 {
     const char *key;
     json_t *v;
-    char buf[512];
+    char buf[1024];
     json_object_foreach(t->meta, key, v) {
         if (json_is_real(v))
             snprintf(buf, sizeof buf, "%g", json_real_value(v));
@@ -148,11 +202,14 @@ static int write_text(const out_table *t, FILE *f)
     size_t nrows = json_array_size(t->rows), r;
     int *width = calloc((size_t)t->ncols, sizeof *width);
     char buf[512];
-    int c;
+    int c, first, last = -1;
     if (!width)
         return -1;
-    for (c = 0; c < t->ncols; c++)
+    for (c = 0; c < t->ncols; c++) {
         width[c] = (int)strlen(t->cols[c].name);
+        if (!t->hidden[c])
+            last = c;
+    }
     for (r = 0; r < nrows; r++) {
         json_t *row = json_array_get(t->rows, r);
         for (c = 0; c < t->ncols; c++) {
@@ -163,32 +220,48 @@ static int write_text(const out_table *t, FILE *f)
                 width[c] = (int)strlen(buf);
         }
     }
+    for (c = 0; c < t->nbanner; c++)
+        fprintf(f, "%s\n", t->banner[c]);
+    if (t->nbanner > 0)
+        fputc('\n', f);
     if (write_meta_lines(t, f, "") != 0) {
         free(width);
         return -1;
     }
     if (json_object_size(t->meta) > 0)
         fputc('\n', f);
+    first = 1;
     for (c = 0; c < t->ncols; c++) {
         int left = t->cols[c].type == COL_STR;
-        fprintf(f, "%s%*s", c ? "  " : "", left ? -width[c] : width[c], t->cols[c].name);
+        if (t->hidden[c])
+            continue;
+        fprintf(f, "%s%*s", first ? "" : "  ", left ? -width[c] : width[c], t->cols[c].name);
+        first = 0;
     }
     fputc('\n', f);
     for (r = 0; r < nrows; r++) {
         json_t *row = json_array_get(t->rows, r);
+        first = 1;
         for (c = 0; c < t->ncols; c++) {
             int left = t->cols[c].type == COL_STR;
+            if (t->hidden[c])
+                continue;
             format_value(json_array_get(row, (size_t)c), t->cols[c].decimals, buf, sizeof buf);
             if (buf[0] == '\0')
                 strcpy(buf, "-");
             /* no trailing blanks on the last column */
-            if (c == t->ncols - 1 && left)
-                fprintf(f, "%s%s", c ? "  " : "", buf);
+            if (c == last && left)
+                fprintf(f, "%s%s", first ? "" : "  ", buf);
             else
-                fprintf(f, "%s%*s", c ? "  " : "", left ? -width[c] : width[c], buf);
+                fprintf(f, "%s%*s", first ? "" : "  ", left ? -width[c] : width[c], buf);
+            first = 0;
         }
         fputc('\n', f);
     }
+    if (t->nbanner > 0)
+        fputc('\n', f);
+    for (c = 0; c < t->nbanner; c++)
+        fprintf(f, "%s\n", t->banner[c]);
     free(width);
     return ferror(f) ? -1 : 0;
 }

@@ -48,6 +48,20 @@ void out_set_real(out_table *t, int row, int col, double v);
 void out_meta_str(out_table *t, const char *key, const char *value);
 void out_meta_int(out_table *t, const char *key, int64_t value);
 void out_meta_real(out_table *t, const char *key, double value);
+/* A boolean (JSON true/false; "true"/"false" in text and CSV). */
+void out_meta_bool(out_table *t, const char *key, int value);
+/* A list of n strings (a JSON array; in text and CSV joined by "; "). */
+void out_meta_strs(out_table *t, const char *key, const char *const *values, int n);
+
+/* Leaves column col out of the text format (hide != 0) or puts it back;
+ * CSV and JSON always have every column. */
+void out_hide_column(out_table *t, int col, int hide);
+
+/* A line the text format prints before the metadata and again after the
+ * table (a warning that must not be missed); the other formats leave it
+ * out (their metadata carries the same facts). Returns 0, or -1 when out
+ * of memory. */
+int out_banner(out_table *t, const char *line);
 
 /*
  * Writes the table to `out` in `fmt`. `notes` receives the metadata in CSV

@@ -82,6 +82,62 @@ size_t sysinfo_llc_bytes(const char **source)
     return v;
 }
 
+/* CPUs in a list such as "0-7,64-71"; 0 when unparsable. */
+static int count_cpu_list(const char *s)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long a = strtol(s, &end, 10), b;
+        if (end == s || a < 0)
+            return 0;
+        b = a;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || b < a)
+                return 0;
+        }
+        n += (int)(b - a + 1);
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s != '\0')
+            return 0;
+    }
+    return n;
+}
+
+int sysinfo_l3_instances(void)
+{
+    char path[128], buf[256];
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int i;
+    for (i = 0; i < 16; i++) {
+        int sharing;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_line(path, buf, sizeof buf) != 0)
+            break;
+        if (strcmp(buf, "3") != 0)
+            continue;
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", i);
+        if (read_line(path, buf, sizeof buf) != 0)
+            return 1;
+        sharing = count_cpu_list(buf);
+        if (sharing < 1 || online < 1)
+            return 1;
+        return (int)((online + sharing - 1) / sharing);
+    }
+    return 1;
+}
+
+int sysinfo_online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 0;
+}
+
 int sysinfo_default_threads(void)
 {
 #ifdef _OPENMP

@@ -13,6 +13,14 @@
  * "default"). */
 size_t sysinfo_llc_bytes(const char **source);
 
+/* How many L3 caches the machine has, as many as llc_bytes each: the
+ * online CPUs over the CPUs that share cpu0's L3 (its shared_cpu_list in
+ * sysfs), rounded up; 1 when sysfs does not say. */
+int sysinfo_l3_instances(void);
+
+/* Online CPUs (sysconf(_SC_NPROCESSORS_ONLN)); 0 when unknown. */
+int sysinfo_online_cpus(void);
+
 /* Threads OpenMP uses by default: omp_get_max_threads() (OMP_NUM_THREADS
  * applies); 1 when built without OpenMP. */
 int sysinfo_default_threads(void);
