@@ -1,7 +1,7 @@
 /*
  * bench_trust.h - whether a bench run's timings can be trusted: a pure
  * function of the timings and the machine's load, so that it can be tested
- * on synthetic timings (tests/check_bench_trust.c).
+ * on synthetic timings (tools/check_bench_trust.c).
  *
  * A run is unreliable when any of these holds:
  *  - spread: in more than BENCH_TRUST_SPREAD_FRAC of the points with at
