@@ -631,6 +631,81 @@ typedef struct smm_quantize_args {
 SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *args);
 
 /* ------------------------------------------------------------------ */
+/* The whole linear layer: quantize, then multiply                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Arguments of smm_linear:
+ *   x        M x K activations of x_dtype (F32, F16 or BF16), row-major,
+ *            ldx >= K (elements)
+ *   mode     SMM_QUANT_STATIC_PER_TENSOR: x_scale (1 float, required) and
+ *            x_azp (1 int32, or NULL: symmetric) are inputs;
+ *            SMM_QUANT_DYNAMIC_PER_TOKEN: a scale per row (and, when
+ *            asymmetric, a zero point per row) is computed
+ *   asymmetric  0 or 1. DYNAMIC_PER_TOKEN: 1 computes per-token zero
+ *            points. STATIC_PER_TENSOR: 1 requires x_azp (x_azp decides)
+ *   x_scale  STATIC: input, 1 float. DYNAMIC: output, M floats, or NULL
+ *            (not returned)
+ *   x_azp    STATIC: optional input, 1 int32. DYNAMIC: output, M int32, or
+ *            NULL; must be NULL when not asymmetric
+ *   q, ldq   output: the int8 activations, M x K, row-major, ldq >= K; or
+ *            NULL (not returned)
+ *   b ... c_dtype, b_packed: the weights, weight scales, bias and output,
+ *            as in smm_scaled_mm_args
+ * On a GPU context (and on an AUTO context whose data is on a GPU), q,
+ * and with DYNAMIC_PER_TOKEN x_scale (and x_azp when asymmetric), are
+ * required: the int8 activations and scales pass through that device
+ * memory, which the caller provides (the library allocates no device
+ * memory per call). On host contexts each may be NULL: the call then
+ * keeps them in its own working memory (smm_context_create_with_allocator).
+ */
+typedef struct smm_linear_args {
+    int64_t m, n, k;
+    const void *x;
+    smm_dtype x_dtype;
+    int64_t ldx;
+    smm_quant_mode mode;
+    int asymmetric;
+    float *x_scale;
+    int32_t *x_azp;
+    int8_t *q;
+    int64_t ldq;
+    const int8_t *b;
+    int64_t ldb;
+    const float *scale_b;
+    int64_t scale_b_len;
+    const float *bias;
+    void *c;
+    int64_t ldc;
+    smm_dtype c_dtype;
+    const smm_packed_b *b_packed;
+} smm_linear_args;
+
+/*
+ * The w8a8 linear layer in one call, as vLLM runs it: quantize the float
+ * activations to int8 (smm_quantize_i8, mode and asymmetric as above),
+ * then C = epilogue(Q * B^T) (smm_scaled_mm with a = Q, scale_a = the
+ * activation scales (per-tensor, or per-token when dynamic), azp = the
+ * zero points when asymmetric). The results, C and every returned q,
+ * x_scale and x_azp, are bit for bit those of the two calls made one after
+ * the other (doc/numerics.md).
+ * M == 0: success, nothing written (a b_packed is still checked). N == 0:
+ * only q, x_scale and x_azp are written. K == 0: as the two calls (dynamic
+ * scales 0, C = epilogue of zero sums).
+ * Errors (nothing written): SMM_ERR_INVALID_ARG for every error of either
+ * call on its half of the arguments (named "smm_linear" in the message),
+ * for asymmetric not 0 or 1, for asymmetric 1 with static mode and no
+ * x_azp, for x_azp set with dynamic mode and asymmetric 0, and for q,
+ * x_scale or x_azp NULL where a GPU runs the call (above);
+ * SMM_ERR_OVERLAP when an output (c, q, a dynamic x_scale or x_azp)
+ * intersects an input (x, b, b_packed's buffer, scale_b, bias, a static
+ * x_scale or x_azp) or another output; SMM_ERR_NO_MEMORY (the working
+ * memory for q, x_scale, x_azp not given), SMM_ERR_UNSUPPORTED,
+ * SMM_ERR_DEVICE. Pointers are checked as for smm_scaled_mm.
+ */
+SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args);
+
+/* ------------------------------------------------------------------ */
 /* Scalar conversions used by the contract (exported for tools/tests)  */
 /* ------------------------------------------------------------------ */
 

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "internal.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
@@ -255,7 +256,7 @@ static smm_status mm_call(smm_context *ctx, const smm_mm_problem *args, int raw)
         if (st != SMM_OK)
             return st;
     }
-    st = smm_check_mm(t, args, raw);
+    st = smm_check_mm(t, args, raw, NULL);
     if (st != SMM_OK || args->m == 0 || args->n == 0)
         return st;
     if (!ctx->routed) {
@@ -390,6 +391,21 @@ SMM_API const char *smm_packed_b_format(const smm_packed_b *pb)
     return pb && pb->format ? pb->format : "";
 }
 
+/* Runs a checked quantization on the backend inside the contract's FP environment. */
+static smm_status run_quantize(smm_context *ctx, const smm_quantize_args *q)
+{
+    if (!ctx->ops->quantize)
+        return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "the %s backend has no quantizer",
+                             ctx->ops->name);
+    smm_fpenv env;
+    smm_fpenv_enter(&env);
+    smm_status st = ctx->ops->quantize(ctx, q);
+    smm_fpenv_leave(&env);
+    if (st != SMM_OK && !smm_has_error(ctx))
+        smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
+    return st;
+}
+
 SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *args)
 {
     if (!ctx)
@@ -401,7 +417,7 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
                         ? place(ctx, "smm_quantize_i8", ptrs, smm_quantize_pointers(args, ptrs), &t)
                         : SMM_OK;
     if (st == SMM_OK)
-        st = smm_check_quantize(t, args);
+        st = smm_check_quantize(t, args, NULL);
     if (st != SMM_OK || args->m == 0)
         return st;
     if (!ctx->routed) {
@@ -409,15 +425,126 @@ SMM_API smm_status smm_quantize_i8(smm_context *ctx, const smm_quantize_args *ar
         if (st != SMM_OK)
             return st;
     }
-    ctx = t;
-    if (!ctx->ops->quantize)
-        return smm_set_error(ctx, SMM_ERR_UNSUPPORTED, "the %s backend has no quantizer",
-                             ctx->ops->name);
-    smm_fpenv env;
-    smm_fpenv_enter(&env);
-    st = ctx->ops->quantize(ctx, args);
-    smm_fpenv_leave(&env);
-    if (st != SMM_OK && !smm_has_error(ctx))
-        smm_set_error(ctx, st, "%s backend: %s", ctx->ops->name, smm_strerror(st));
+    return run_quantize(t, args);
+}
+
+/* ------------------------------------------------------------------ */
+/* The whole linear layer                                              */
+/* ------------------------------------------------------------------ */
+
+SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args)
+{
+    static const char who[] = "smm_linear";
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    smm_clear_error(ctx);
+    const smm_linear_args *l = args;
+    if (!l)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
+    if (l->mode != SMM_QUANT_STATIC_PER_TENSOR && l->mode != SMM_QUANT_DYNAMIC_PER_TOKEN)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "%s: unknown mode (%d)", who, (int)l->mode);
+    const int dynamic = l->mode == SMM_QUANT_DYNAMIC_PER_TOKEN;
+    if (l->asymmetric != 0 && l->asymmetric != 1)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG, "%s: asymmetric (%d) is neither 0 nor 1",
+                             who, l->asymmetric);
+    if (dynamic && !l->asymmetric && l->x_azp)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "%s: x_azp is set but asymmetric is 0 (with dynamic mode x_azp "
+                             "returns the zero points of an asymmetric quantization)", who);
+    if (!dynamic && l->asymmetric && !l->x_azp)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "%s: asymmetric is 1 with static mode but x_azp, the static zero "
+                             "point, is NULL", who);
+    if (l->m < 0 || l->n < 0 || l->k < 0)
+        return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
+                             "%s: negative size (m %" PRId64 ", n %" PRId64 ", k %" PRId64 ")",
+                             who, l->m, l->n, l->k);
+    const int asym = dynamic ? l->asymmetric : l->x_azp != NULL;
+
+    /* Where the call runs: as smm_scaled_mm, an AUTO context decides from
+     * the pointers before the checks, a GPU context checks them after. */
+    smm_context *t = ctx;
+    smm_ptr_arg ptrs[SMM_MAX_PTR_ARGS];
+    smm_status st;
+    if (ctx->routed) {
+        st = place(ctx, who, ptrs, smm_linear_pointers(l, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    const int live = l->m > 0;
+    if (is_gpu(t) && live) {
+        const char *missing = l->k > 0 && !l->q              ? "q"
+                              : dynamic && !l->x_scale       ? "x_scale"
+                              : dynamic && asym && !l->x_azp ? "x_azp"
+                                                             : NULL;
+        if (missing)
+            return smm_set_error(t, SMM_ERR_INVALID_ARG,
+                                 "%s: %s is NULL: where a GPU runs the call, the int8 activations "
+                                 "and their scales pass through device memory the caller gives",
+                                 who, missing);
+    }
+
+    /* Working memory (host contexts) for what the caller does not take. */
+    int8_t *q = l->q;
+    int64_t ldq = l->ldq;
+    float *scale = l->x_scale;
+    int32_t *azp = l->x_azp;
+    void *ws = NULL;
+    if (live && !is_gpu(t)) {
+        size_t qbytes = 0, nscale = dynamic && !scale ? (size_t)l->m : 0,
+               nazp = dynamic && asym && !azp ? (size_t)l->m : 0;
+        if (l->k > 0 && !q &&
+            (__builtin_mul_overflow((size_t)l->m, (size_t)l->k, &qbytes) || qbytes > SIZE_MAX / 2))
+            return smm_set_error(t, SMM_ERR_INVALID_ARG,
+                                 "%s: the byte size of q (m %" PRId64 " x k %" PRId64 ") overflows",
+                                 who, l->m, l->k);
+        qbytes = (qbytes + 63) & ~(size_t)63;
+        if (qbytes + nscale + nazp > 0) {
+            ws = smm_host_alloc(t, qbytes + 4 * (nscale + nazp), 64);
+            if (!ws)
+                return smm_set_error(t, SMM_ERR_NO_MEMORY,
+                                     "%s: out of memory (%zu bytes of working memory)", who,
+                                     qbytes + 4 * (nscale + nazp));
+            unsigned char *w = ws;
+            if (qbytes) {
+                q = (int8_t *)w;
+                ldq = l->k;
+            }
+            if (nscale)
+                scale = (float *)(w + qbytes);
+            if (nazp)
+                azp = (int32_t *)(w + qbytes + 4 * nscale);
+        }
+    }
+
+    /* The two calls' arguments. */
+    const smm_quantize_args qa = {
+        .m = l->m, .k = l->k,
+        .x = l->x, .x_dtype = l->x_dtype, .ldx = l->ldx,
+        .q = q, .ldq = ldq,
+        .scale = scale, .azp = asym ? azp : NULL,
+        .mode = l->mode,
+    };
+    smm_mm_problem pa = {
+        .m = l->m, .n = l->n, .k = l->k,
+        .a = q, .lda = ldq,
+        .b = l->b, .ldb = l->ldb,
+        .scale_a = scale, .scale_a_len = dynamic ? l->m : 1,
+        .scale_b = l->scale_b, .scale_b_len = l->scale_b_len,
+        .bias = l->bias,
+        .azp = asym ? azp : NULL, .azp_len = asym ? (dynamic ? l->m : 1) : 0,
+        .c = l->c, .ldc = l->ldc, .c_dtype = l->c_dtype,
+        .b_packed = l->b_packed,
+    };
+    st = smm_check_linear(t, l, &qa, &pa);
+    if (st == SMM_OK && !ctx->routed && l->m > 0)
+        st = place(ctx, who, ptrs, smm_linear_pointers(l, ptrs), &t);
+    if (st == SMM_OK && l->m > 0) {
+        st = run_quantize(t, &qa);
+        if (st == SMM_OK && l->n > 0)
+            st = run_mm(t, &pa);
+    }
+    if (ws)
+        smm_host_free(t, ws);
     return st;
 }

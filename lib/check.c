@@ -83,9 +83,10 @@ const char *smm_mm_who(const smm_mm_problem *p, int raw)
                                                        : "smm_gemm_s8s8s32";
 }
 
-smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw)
+smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw, const char *who)
 {
-    const char *who = smm_mm_who(p, raw);
+    if (!who)
+        who = smm_mm_who(p, raw);
     if (!p)
         FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
     if (p->m < 0 || p->n < 0 || p->k < 0)
@@ -186,9 +187,10 @@ smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t
     return SMM_OK;
 }
 
-smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q)
+smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q, const char *who)
 {
-    const char *who = "smm_quantize_i8";
+    if (!who)
+        who = "smm_quantize_i8";
     if (!q)
         FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
     if (q->m < 0 || q->k < 0)
@@ -246,4 +248,65 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q)
                 FAIL(SMM_ERR_OVERLAP, "%s: q overlaps %s", who, ins[i]->name);
     }
     return SMM_OK;
+}
+
+/* footprint(), or an empty range for a pointer not given (working memory
+ * of the call, which intersects nothing of the caller's). */
+static void opt_footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int64_t esize,
+                          const char *name, range *out)
+{
+    if (!p || !footprint(p, rows, cols, ld, esize, name, out)) {
+        out->name = name;
+        out->lo = out->hi = 0;
+    }
+}
+
+smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
+                            const smm_quantize_args *q, const smm_mm_problem *p)
+{
+    const char *who = "smm_linear";
+    /* The overlaps across the two halves first, under smm_linear's own
+     * names: C against x and the activations' q, x_scale, x_azp (the
+     * multiplication's A, scale_a, azp), and the quantizer's outputs
+     * against the multiplication's other inputs, which they would
+     * overwrite before it reads them. A range that overflows is left
+     * empty here: the halves report it. */
+    const int types_ok = (l->x_dtype == SMM_DTYPE_F32 || l->x_dtype == SMM_DTYPE_F16 ||
+                          l->x_dtype == SMM_DTYPE_BF16) &&
+                         (l->c_dtype == SMM_DTYPE_F32 || l->c_dtype == SMM_DTYPE_F16 ||
+                          l->c_dtype == SMM_DTYPE_BF16);
+    if (types_ok && l->m > 0 && l->n >= 0 && l->k >= 0) {
+        const int dynamic = l->mode == SMM_QUANT_DYNAMIC_PER_TOKEN;
+        const int64_t m = l->m, n = l->n, k = l->k, per = dynamic ? m : 1;
+        range x, c, act[3], ins[3];
+        int nin = 0;
+        opt_footprint(l->x, m, k, l->ldx, dtype_size(l->x_dtype), "x", &x);
+        opt_footprint(l->q, m, k, l->ldq, 1, "q", &act[0]);
+        opt_footprint(l->x_scale, 1, per, 0, 4, "x_scale", &act[1]);
+        opt_footprint(l->x_azp, 1, per, 0, 4, "x_azp", &act[2]);
+        if (n > 0) {
+            opt_footprint(l->c, m, n, l->ldc, dtype_size(l->c_dtype), "c", &c);
+            if (intersects(&c, &x))
+                FAIL(SMM_ERR_OVERLAP, "%s: c overlaps x", who);
+            for (int i = 0; i < 3; i++)
+                if (intersects(&c, &act[i]))
+                    FAIL(SMM_ERR_OVERLAP, "%s: c overlaps %s", who, act[i].name);
+            const smm_packed_b *pb = l->b_packed;
+            if (pb)
+                opt_footprint(pb->mem, 1, (int64_t)pb->bytes, 0, 1, "b_packed", &ins[nin++]);
+            else
+                opt_footprint(l->b, n, k, l->ldb, 1, "b", &ins[nin++]);
+            opt_footprint(l->scale_b, 1, l->scale_b_len, 0, 4, "scale_b", &ins[nin++]);
+            opt_footprint(l->bias, 1, l->bias ? n : 0, 0, 4, "bias", &ins[nin++]);
+        }
+        /* The quantizer's outputs: q always, x_scale and x_azp when dynamic. */
+        for (int i = 0; i < (dynamic ? 3 : 1); i++)
+            for (int j = 0; j < nin; j++)
+                if (intersects(&act[i], &ins[j]))
+                    FAIL(SMM_ERR_OVERLAP, "%s: %s overlaps %s", who, act[i].name, ins[j].name);
+    }
+    smm_status st = smm_check_quantize(ctx, q, who);
+    if (st == SMM_OK)
+        st = smm_check_mm(ctx, p, 0, who);
+    return st;
 }

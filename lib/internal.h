@@ -87,6 +87,8 @@ int smm_mm_pointers(const smm_mm_problem *p, int raw,
                     smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
 int smm_quantize_pointers(const smm_quantize_args *q,
                           smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+int smm_linear_pointers(const smm_linear_args *l,
+                        smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
 
 typedef struct smm_backend_ops {
     smm_backend id;
@@ -194,12 +196,20 @@ void smm_fpenv_enter(smm_fpenv *env) SMM_INTERNAL;
 void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
 
 /* Argument checks (lib/check.c). Return SMM_OK or the error, with a message
- * set on ctx. raw != 0 checks an smm_gemm_s8s8s32 problem (c_dtype I32, no
+ * set on ctx, which names `who` (NULL: the public function the problem came
+ * from). raw != 0 checks an smm_gemm_s8s8s32 problem (c_dtype I32, no
  * scales), raw == 0 an smm_scaled_mm one. */
-smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw) SMM_INTERNAL;
+smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw,
+                        const char *who) SMM_INTERNAL;
 /* The public function a problem came from ("smm_scaled_mm", ...), for messages. */
 const char *smm_mm_who(const smm_mm_problem *p, int raw) SMM_INTERNAL;
-smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
+smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q,
+                              const char *who) SMM_INTERNAL;
+/* smm_linear: both halves (q, p: the arguments of its two calls, with q's
+ * outputs pointing at the caller's buffers or at the call's working
+ * memory) and the overlaps between them; l as the caller gave it. */
+smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
+                            const smm_quantize_args *q, const smm_mm_problem *p) SMM_INTERNAL;
 /* smm_pack_b's B: sizes, pointer, ldb, footprint. */
 smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
                             int64_t ldb) SMM_INTERNAL;

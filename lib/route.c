@@ -114,3 +114,25 @@ int smm_quantize_pointers(const smm_quantize_args *q, smm_ptr_arg out[SMM_MAX_PT
             out[n++] = all[i];
     return n;
 }
+
+int smm_linear_pointers(const smm_linear_args *l, smm_ptr_arg out[SMM_MAX_PTR_ARGS])
+{
+    int n = 0;
+    if (l->b_packed) {   /* as smm_mm_pointers: decides even an empty problem */
+        const smm_packed_b *pb = l->b_packed;
+        out[n++] = (smm_ptr_arg){"b_packed", pb->mem, pb->release ? pb->device + 1 : 0};
+    }
+    if (l->m <= 0 || l->n < 0 || l->k < 0)
+        return n;
+    const int mm = l->n > 0, kk = l->k > 0;
+    const smm_ptr_arg all[8] = {
+        {"x", kk ? l->x : NULL, 0}, {"q", kk ? l->q : NULL, 0},
+        {"x_scale", l->x_scale, 0}, {"x_azp", l->x_azp, 0},
+        {"b", mm && kk && !l->b_packed ? l->b : NULL, 0}, {"scale_b", mm ? l->scale_b : NULL, 0},
+        {"bias", mm ? l->bias : NULL, 0}, {"c", mm ? l->c : NULL, 0},
+    };
+    for (int i = 0; i < 8 && n < SMM_MAX_PTR_ARGS; i++)
+        if (all[i].ptr)
+            out[n++] = all[i];
+    return n;
+}
