@@ -110,6 +110,12 @@ void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t
                       float *scale_a, const int8_t *b, const float *scale_b, uint16_t *c,
                       smm_quantize_args *qa, smm_scaled_mm_args *ma);
 
+/* The smm_linear arguments of the same layer in one call (qa, ma as
+ * bench_layer_args made them, ma's b or b_packed set): the int8
+ * activations and scales are returned into qa's q and scale. */
+void bench_linear_args(const smm_quantize_args *qa, const smm_scaled_mm_args *ma,
+                       smm_linear_args *la);
+
 /* Most timed runs per measurement (--repeats). */
 #define BENCH_MAX_RUNS 1000
 

@@ -138,11 +138,15 @@ static smm_status launch(const bench_config *cfg, const bench_weights *w, int64_
             ma.b = NULL;
             ma.b_packed = w->dev_packed[*copy];
         }
-        if (part & PART_QUANT) {
+        if (part == PART_LAYER) {   /* the layer in one call */
+            smm_linear_args la;
+            bench_linear_args(&qa, &ma, &la);
+            st = smm_linear(cfg->ctx, &la);
+            *what = "smm_linear";
+        } else if (part == PART_QUANT) {
             st = smm_quantize_i8(cfg->ctx, &qa);
             *what = "smm_quantize_i8";
-        }
-        if (st == SMM_OK && (part & PART_MM)) {
+        } else {
             st = smm_scaled_mm(cfg->ctx, &ma);
             *what = "smm_scaled_mm";
         }

@@ -87,16 +87,45 @@ void bench_layer_args(int64_t m, int64_t n, int64_t k, const uint16_t *x, int8_t
     ma->c_dtype = SMM_DTYPE_BF16;
 }
 
-/* One layer: quantize, then multiply with weight copy `copy`. Times the
- * two parts if t is non-NULL (t[0]: quantize, t[1]: mm). */
+void bench_linear_args(const smm_quantize_args *qa, const smm_scaled_mm_args *ma,
+                       smm_linear_args *la)
+{
+    memset(la, 0, sizeof *la);
+    la->m = ma->m;
+    la->n = ma->n;
+    la->k = ma->k;
+    la->x = qa->x;
+    la->x_dtype = qa->x_dtype;
+    la->ldx = qa->ldx;
+    la->mode = qa->mode;
+    la->asymmetric = qa->azp != NULL;
+    la->x_scale = qa->scale;
+    la->x_azp = qa->azp;
+    la->q = qa->q;
+    la->ldq = qa->ldq;
+    la->b = ma->b;
+    la->ldb = ma->ldb;
+    la->b_packed = ma->b_packed;
+    la->scale_b = ma->scale_b;
+    la->scale_b_len = ma->scale_b_len;
+    la->bias = ma->bias;
+    la->c = ma->c;
+    la->ldc = ma->ldc;
+    la->c_dtype = ma->c_dtype;
+}
+
+/* One layer with weight copy `copy`, three ways: smm_linear (the layer in
+ * one call), then smm_quantize_i8 and smm_scaled_mm alone. Times them if
+ * t is non-NULL (t[0]: quantize, t[1]: mm, t[2]: the layer). */
 static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int copy,
-                            int64_t m, const point_bufs *p, double t[2],
+                            int64_t m, const point_bufs *p, double t[3],
                             const char **what)
 {
     smm_quantize_args qa;
     smm_scaled_mm_args ma;
+    smm_linear_args la;
     smm_status st;
-    double t0, t1, t2;
+    double t0, t1, t2, t3;
 
     bench_layer_args(m, w->n, w->k, p->x, p->q, p->scale_a, w->b[copy], w->scale_b[copy],
                      p->c, &qa, &ma);
@@ -104,22 +133,30 @@ static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int
         ma.b = NULL;
         ma.b_packed = w->packed[copy];
     }
+    bench_linear_args(&qa, &ma, &la);
     t0 = timer_now();
-    st = smm_quantize_i8(cfg->ctx, &qa);
+    st = smm_linear(cfg->ctx, &la);
     t1 = timer_now();
+    if (st != SMM_OK) {
+        *what = "smm_linear";
+        return st;
+    }
+    st = smm_quantize_i8(cfg->ctx, &qa);
+    t2 = timer_now();
     if (st != SMM_OK) {
         *what = "smm_quantize_i8";
         return st;
     }
     st = smm_scaled_mm(cfg->ctx, &ma);
-    t2 = timer_now();
+    t3 = timer_now();
     if (st != SMM_OK) {
         *what = "smm_scaled_mm";
         return st;
     }
     if (t) {
-        t[0] = t1 - t0;
-        t[1] = t2 - t1;
+        t[0] = t2 - t1;
+        t[1] = t3 - t2;
+        t[2] = t1 - t0;
     }
     return SMM_OK;
 }
@@ -165,7 +202,7 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
     poison(&p, m, n, k);
     st = run_layer(cfg, w, 0, m, &p, NULL, &what);
     for (i = 0; st == SMM_OK && i < cfg->repeats; i++) {
-        double t[2];
+        double t[3];
         copy = (i + 1) % w->copies;
         poison(&p, m, n, k);
         st = run_layer(cfg, w, copy, m, &p, t, &what);
@@ -173,8 +210,8 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
             break;
         tq[i] = t[0];
         tm[i] = t[1];
-        tl[i] = t[0] + t[1];
-        spent += tl[i];
+        tl[i] = t[2];
+        spent += t[0] + t[1] + t[2];
         runs = i + 1;
         if (spent >= cfg->max_time)
             break;

@@ -552,15 +552,16 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
                  "and weight scales; activations random bf16, quantized dynamic per-token");
     out_meta_str(t, "weights", buf);
     if (cfg->device)
-        out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
-                     "smm_scaled_mm (per-token x per-channel, bf16 out), device memory; "
+        out_meta_str(t, "timed", "layer = smm_linear: smm_quantize_i8 (bf16, dynamic per-token) "
+                     "+ smm_scaled_mm (per-token x per-channel, bf16 out) in one call, and "
+                     "each part alone, device memory; "
                      "a timed run = 'launches' launches back to back + smm_synchronize "
                      "(host CLOCK_MONOTONIC), a sample = run / launches; medians after "
                      "one warm-up");
     else
-        out_meta_str(t, "timed", "layer = smm_quantize_i8 (bf16, dynamic per-token) + "
-                     "smm_scaled_mm (per-token x per-channel, bf16 out); medians after "
-                     "one warm-up");
+        out_meta_str(t, "timed", "layer = smm_linear: smm_quantize_i8 (bf16, dynamic "
+                     "per-token) + smm_scaled_mm (per-token x per-channel, bf16 out) in one "
+                     "call, and each part alone; medians after one warm-up");
     snprintf(buf, sizeof buf, "at most %d timed runs per measurement, fewer once "
              "they took %g s", cfg->repeats, cfg->max_time);
     out_meta_str(t, "runs", buf);
