@@ -540,9 +540,18 @@ SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args)
     if (st == SMM_OK && !ctx->routed && l->m > 0)
         st = place(ctx, who, ptrs, smm_linear_pointers(l, ptrs), &t);
     if (st == SMM_OK && l->m > 0) {
-        st = run_quantize(t, &qa);
-        if (st == SMM_OK && l->n > 0)
-            st = run_mm(t, &pa);
+        if (l->n > 0 && t->ops->linear) {   /* the backend's fused form */
+            smm_fpenv env;
+            smm_fpenv_enter(&env);
+            st = t->ops->linear(t, &qa, &pa);
+            smm_fpenv_leave(&env);
+            if (st != SMM_OK && !smm_has_error(t))
+                smm_set_error(t, st, "%s: %s backend: %s", who, t->ops->name, smm_strerror(st));
+        } else {
+            st = run_quantize(t, &qa);
+            if (st == SMM_OK && l->n > 0)
+                st = run_mm(t, &pa);
+        }
     }
     if (ws)
         smm_host_free(t, ws);

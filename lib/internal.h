@@ -101,6 +101,10 @@ typedef struct smm_backend_ops {
     void (*fini)(smm_context *ctx);
     smm_status (*mm)(smm_context *ctx, const smm_mm_problem *p);
     smm_status (*quantize)(smm_context *ctx, const smm_quantize_args *q);
+    /* Optional: smm_linear's two halves in one (q's outputs are p's a,
+     * scale_a and azp; n > 0), fused as the backend can; NULL: the
+     * framework calls quantize, then mm. Arguments are validated. */
+    smm_status (*linear)(smm_context *ctx, const smm_quantize_args *q, const smm_mm_problem *p);
     /* Optional (NULL: no packed B). The format a context packs into and can
      * compute from (a static string starting with the backend's name). */
     const char *(*packed_format)(const smm_context *ctx);
@@ -140,7 +144,7 @@ typedef struct smm_backend_ops {
  * the framework's hidden functions: it records messages through ctx->verror and
  * allocates host memory through ctx->alloc.
  */
-#define SMM_GPU_PLUGIN_ABI 2
+#define SMM_GPU_PLUGIN_ABI 3
 #define SMM_GPU_PLUGIN_ENTRY "smm_gpu_plugin_entry"
 typedef const smm_backend_ops *(*smm_gpu_plugin_entry_fn)(int abi, const char **reason);
 

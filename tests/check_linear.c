@@ -380,6 +380,54 @@ START_TEST(test_matches_two_calls)
 }
 END_TEST
 
+/* A' above 16 MiB: the cpu backend packs (and, fused, quantizes) A in
+ * bands of rows, each band's tiles reading its rows' scales. */
+START_TEST(test_bands)
+{
+    cf_rng r = tu_rng("bands");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *ctx = tu_ctx(SMM_BACKEND_CPU, 2);
+    for (int asym = 0; asym < 2; asym++) {
+        lcase c;
+        make_case(&r, &c);
+        free_case(&c);
+        c.m = 2100;
+        c.n = 5;
+        c.k = 8200;
+        c.ldx = c.ldq = c.k;
+        c.ldc = c.n;
+        c.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+        c.asym = asym;
+        c.want_q = c.want_scale = 1;
+        c.want_azp = asym;
+        gb_alloc(&c.x, (size_t)(c.m * c.k) * (size_t)esize(c.x_dtype));
+        for (int64_t e = 0; e < c.m * c.k; e++) {
+            float v = (float)((int)(cf_rng_next(&r) % 2001) - 1000) / 256.0f;
+            if (c.x_dtype == SMM_DTYPE_F32) {
+                memcpy(c.x.p + 4 * e, &v, 4);
+            } else {
+                uint16_t h = c.x_dtype == SMM_DTYPE_F16 ? smm_f32_to_f16(v) : smm_f32_to_bf16(v);
+                memcpy(c.x.p + 2 * e, &h, 2);
+            }
+        }
+        gb_alloc(&c.b, (size_t)(c.n * c.k));
+        for (size_t i = 0; i < c.b.n; i++)
+            c.b.p[i] = (unsigned char)cf_rng_next(&r);
+        gb_alloc(&c.scale_b, (size_t)c.n * 4);
+        gb_alloc(&c.biasv, (size_t)c.n * 4);
+        for (int64_t j = 0; j < c.n; j++) {
+            float sb = 1.0f / 4096.0f, bv = (float)j;
+            memcpy(c.scale_b.p + 4 * j, &sb, 4);
+            memcpy(c.biasv.p + 4 * j, &bv, 4);
+        }
+        check_case(ctx, ref, &c, "cpu", 2);
+        free_case(&c);
+    }
+    smm_context_destroy(ctx);
+    smm_context_destroy(ref);
+}
+END_TEST
+
 /* M == 0 writes nothing; N == 0 writes only the activations' outputs. */
 START_TEST(test_empty)
 {
@@ -460,25 +508,29 @@ static void b_c_dtype(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c;
 static void b_ldx(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->ldx = l->k - 1; }
 static void b_ldq(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->ldq = l->k - 1; }
 static void b_ldc(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->ldc = l->n - 1; }
-static void b_scale_b_len(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->scale_b_len = 2; }
+static void b_scale_b_len(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->scale_b_len = l->n + 1; }
 static void b_null_b(smm_linear_args *l, outs *o, lcase *c) { (void)o; (void)c; l->b = NULL; }
 static void b_c_over_x(smm_linear_args *l, outs *o, lcase *c) { (void)o; l->c = (void *)c->x.p; }
-static void b_c_over_q(smm_linear_args *l, outs *o, lcase *c) { (void)c; l->c = o->q.p; }
-static void b_q_over_b(smm_linear_args *l, outs *o, lcase *c) { (void)o; l->q = (int8_t *)c->b.p; }
+static void b_c_over_q(smm_linear_args *l, outs *o, lcase *c) { (void)c; l->q = (int8_t *)o->c.p; }
+static void b_q_over_b(smm_linear_args *l, outs *o, lcase *c) { (void)c; l->b = (const int8_t *)o->q.p; }
 static void b_q_over_x(smm_linear_args *l, outs *o, lcase *c) { (void)o; l->q = (int8_t *)c->x.p; }
 static void b_scale_over_bias(smm_linear_args *l, outs *o, lcase *c)
 {
-    (void)o;
+    (void)c;
     l->mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
-    l->bias = (const float *)c->biasv.p;
-    l->x_scale = (float *)c->biasv.p;
+    l->q = NULL;
+    l->x_scale = (float *)o->scale.p;
+    l->bias = (const float *)o->scale.p;
 }
 static void b_azp_over_scale_b(smm_linear_args *l, outs *o, lcase *c)
 {
-    (void)o;
+    (void)c;
     l->mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
     l->asymmetric = 1;
-    l->x_azp = (int32_t *)c->scale_b.p;
+    l->q = NULL;
+    l->x_scale = NULL;
+    l->x_azp = (int32_t *)o->azp.p;
+    l->scale_b = (const float *)o->azp.p;
 }
 
 START_TEST(test_errors)
@@ -624,6 +676,7 @@ int main(void)
     TCase *tc = tu_tcase(s, "linear", 600);
     tcase_add_test(tc, test_matches_two_calls);
     tcase_add_test(tc, test_empty);
+    tcase_add_test(tc, test_bands);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_no_memory);
     return tu_main_gpu(s, "check_linear");

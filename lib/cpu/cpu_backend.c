@@ -72,6 +72,17 @@ static smm_status cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     return st && st->v ? smm_cpu_vnni_mm(ctx, p) : smm_cpu_mm(ctx, p);
 }
 
+/* smm_linear: fused on the VNNI levels (quantization in the pass that
+ * packs A'), the two calls on the others. */
+static smm_status cpu_linear(smm_context *ctx, const smm_quantize_args *q, const smm_mm_problem *p)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    if (st && st->v)
+        return smm_cpu_vnni_linear(ctx, q, p);
+    smm_status s = smm_cpu_quantize(ctx, q);
+    return s == SMM_OK ? smm_cpu_mm(ctx, p) : s;
+}
+
 static smm_status packed_overflow(smm_context *ctx, int64_t n, int64_t k)
 {
     return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
@@ -123,6 +134,7 @@ const smm_backend_ops smm_cpu_ops = {
     .fini = cpu_fini,
     .mm = cpu_mm,
     .quantize = smm_cpu_quantize,
+    .linear = cpu_linear,
     .packed_format = cpu_packed_format,
     .pack_b = cpu_pack_b,
 };

@@ -374,6 +374,11 @@ extern const char smm_cpu_packed_format[] SMM_INTERNAL;
 smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q) SMM_INTERNAL;
 /* The same operations on a VNNI level (gemm_vnni.c); st->v is set. */
 smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
+/* smm_linear on a VNNI level: each row of A is quantized (q) by the thread
+ * that packs it into A', in the same pass (q's outputs are p's a, scale_a
+ * and azp). */
+smm_status smm_cpu_vnni_linear(smm_context *ctx, const smm_quantize_args *q,
+                               const smm_mm_problem *p) SMM_INTERNAL;
 smm_status smm_cpu_vnni_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb,
                                smm_packed_b *pb) SMM_INTERNAL;
 

@@ -397,14 +397,21 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
 }
 
 /* Rows b0 .. b0+brows-1 of A' = A xor 0x80 over all of K (zero to lda_p)
- * at apack, and a row of ones after them, split between the threads. */
-static void prepare_a(const vplan *pl, const smm_mm_problem *p, uint8_t *apack, int tid,
-                      int nthreads, int64_t b0, int64_t brows)
+ * at apack, and a row of ones after them, split between the threads. With
+ * quant (smm_linear), each row of A is first quantized from x by the
+ * thread that packs it (quant's q, scale and azp are p's a, scale_a and
+ * azp), so that the row is packed from cache; the tiles, which read the
+ * scales and zero points, run after the band's barrier. */
+static void prepare_a(const vplan *pl, const smm_mm_problem *p, const smm_quantize_args *quant,
+                      smm_cpu_quantize_fn qrows, uint8_t *apack, int tid, int nthreads,
+                      int64_t b0, int64_t brows)
 {
     const int64_t rows = brows + 1;
     const int64_t r0 = rows * tid / nthreads, r1 = rows * (tid + 1) / nthreads;
     const int64_t kc = pl->k > 0 ? pl->k : 0;
     for (int64_t r = r0; r < r1; r++) {
+        if (quant && r < brows)
+            qrows(quant, b0 + r, b0 + r + 1);
         if (r == brows)
             ones_row(kc, apack + r * pl->lda_p, pl->lda_p);
         else if (kc > 0)   /* a may be NULL when K == 0 */
@@ -555,6 +562,8 @@ typedef struct {
     const smm_cpu_kernels *kr;
     const vplan *pl;
     const smm_mm_problem *p;
+    const smm_quantize_args *quant;   /* smm_linear: rows quantized in prepare_a */
+    smm_cpu_quantize_fn qrows;
 } mm_job;
 
 static void mm_tile(const void *job, const smm_cpu_epilogue *epi, unsigned char *scratch,
@@ -568,10 +577,11 @@ static void mm_prepare(const void *job, unsigned char *shared, int tid, int nthr
                        int64_t rows)
 {
     const mm_job *j = job;
-    prepare_a(j->pl, j->p, shared, tid, nthreads, r0, rows);
+    prepare_a(j->pl, j->p, j->quant, j->qrows, shared, tid, nthreads, r0, rows);
 }
 
-smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
+static smm_status vnni_run(smm_context *ctx, const smm_mm_problem *p,
+                           const smm_quantize_args *quant)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
     const int nthreads = smm_threads(ctx);
@@ -581,8 +591,19 @@ smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
 
     vplan pl;
     make_plan(&pl, v, p, nthreads);
-    const mm_job job = {v, st->k, &pl, p};
+    const mm_job job = {v, st->k, &pl, p, quant, st->k->quantize_rows};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, pl.apack_bytes,
                                    mm_prepare, pl.band_rows, (size_t)pl.lda_p};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
+}
+
+smm_status smm_cpu_vnni_mm(smm_context *ctx, const smm_mm_problem *p)
+{
+    return vnni_run(ctx, p, NULL);
+}
+
+smm_status smm_cpu_vnni_linear(smm_context *ctx, const smm_quantize_args *q,
+                               const smm_mm_problem *p)
+{
+    return vnni_run(ctx, p, q);
 }
