@@ -21,7 +21,8 @@
  * public API: (graph) a quantizer call and a mm, or a mm alone, captured
  * into a CUDA graph in the strictest capture mode (the first launches of
  * the process, so each launch path's per-device set-up happens inside a
- * capture) and replayed twice, the outputs poisoned again in between;
+ * capture) and replayed twice, the outputs poisoned again in between (some
+ * as one smm_linear call, against the reference's two calls);
  * (late_inputs) A, scale_a and azp written by the quantizer just before
  * the mm on the same stream, which a decode kernel launched early (reading
  * a packed B before its wait) must not read before they land; (chain) two
@@ -465,7 +466,8 @@ END_TEST
 typedef struct pipe_case {
     int64_t m, n, k;
     int packed;   /* B packed (the decode kernels may read it early) */
-    int quant;    /* A and scale_a written by smm_quantize_i8 just before */
+    int quant;    /* A and scale_a written by smm_quantize_i8 just before;
+                     2: both calls as one smm_linear on the GPU */
     int unaligned; /* lda = ldb = K (odd K): the guarded paths */
     smm_gpu_force force;
 } pipe_case;
@@ -477,11 +479,11 @@ static const pipe_case graph_cases[] = {
     {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0}},
     {24, 26000, 256, 0, 0, 0, {0}},
     {32, 4096, 1024, 1, 1, 0, {0}},
-    {28, 6144, 4096, 0, 1, 0, {0}},
+    {28, 6144, 4096, 0, 2, 0, {0}},
     {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
-    {20, 4096, 4096, 1, 1, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
+    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
     {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0}},
-    {1024, 4352, 128, 0, 1, 0, {0}},
+    {1024, 4352, 128, 0, 2, 0, {0}},
     {300, 1000, 200, 0, 0, 0, {0}},
     {40, 300, 77, 0, 0, 1, {0}},
 };
@@ -651,8 +653,18 @@ static int run_pipe(smm_context *ref, smm_context *g, const pipe_case *pc, smm_d
     force_set(&pc->force);
     if (graph)
         CU_CK(cu.begin(st, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */));
-    smm_status st_q = pc->quant ? smm_quantize_i8(g, &q) : SMM_OK;
-    smm_status st_mm = smm_scaled_mm(g, &mm);
+    smm_status st_q = pc->quant == 1 ? smm_quantize_i8(g, &q) : SMM_OK, st_mm;
+    if (pc->quant == 2) {
+        smm_linear_args l;
+        memset(&l, 0, sizeof l);
+        l.m = m, l.n = n, l.k = k, l.x = dx, l.x_dtype = SMM_DTYPE_F32, l.ldx = ld;
+        l.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, l.asymmetric = with_azp;
+        l.x_scale = dsa, l.x_azp = with_azp ? dazp : NULL, l.q = da, l.ldq = ld;
+        l.b = mm.b, l.ldb = ld, l.b_packed = pb, l.scale_b = dsb, l.scale_b_len = n;
+        l.bias = mm.bias, l.c = mm.c, l.ldc = n, l.c_dtype = c_dtype;
+        st_mm = smm_linear(g, &l);
+    } else
+        st_mm = smm_scaled_mm(g, &mm);
     force_set(NULL);
     if (graph) {
         ck_assert_msg(st_q == SMM_OK && st_mm == SMM_OK, "captured calls: %s, %s (%s)",
@@ -768,7 +780,7 @@ START_TEST(test_late_inputs)
         pc.k = cf_rng_range(&r, 0, 4) == 0 ? cf_rng_range(&r, 2000, 9000)
                                            : cf_rng_range(&r, 1, 2200);
         pc.packed = i % 2 == 0 || cf_rng_range(&r, 0, 1);
-        pc.quant = 1;
+        pc.quant = 1 + (int)cf_rng_range(&r, 0, 1); /* 2: smm_linear */
         pc.force.kernel = decode[cf_rng_range(&r, 0, 3)];
         if (gpu_backend != SMM_BACKEND_CUDA)
             pc.force.kernel = SMM_GPU_KERNEL_AUTO;
