@@ -361,10 +361,9 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * smm_quantize_i8 only queue kernels, so while the caller captures the
  * stream it gave smm_context_set_stream into a CUDA (or HIP) graph, they
  * are recorded into that graph and run when it is replayed, with the same
- * results (scripts/gpu-gemm-selftest.cu and scripts/gpu-quantize-selftest.cu
- * check this for the matrix multiplications' and the quantizer's kernel
- * launches with CUDA 13 graphs, in the runtime's strictest capture mode;
- * HIP graphs are not checked).
+ * results (tests/check_gpu_kernels.c checks this for smm_scaled_mm and
+ * smm_quantize_i8 with CUDA graphs captured in the runtime's strictest
+ * mode and replayed twice; HIP graphs are not checked).
  * The graph holds the pointers it was captured with: the buffers and
  * packed B must outlive its replays. smm_pack_b, smm_packed_b_destroy,
  * smm_memcpy, smm_malloc, smm_free and smm_synchronize wait for the device,

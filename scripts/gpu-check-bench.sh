@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check-bench.sh - builds scaledmm with the CUDA backend, runs the whole
 # test suite (the conformance battery on the cuda backend, bitwise against
-# the reference), then `scaledmm bench --backend cuda` and the torch._int_mm
+# the reference), then `scaledmm bench --backend cuda`, the GPU tuning program
+# (scripts/gpu-tune.hip, built as its header says) and the torch._int_mm
 # baseline (scripts/torch_int_mm_bench.py), on a machine with an NVIDIA GPU,
 # nvcc and PyTorch. Run it from a source tree or an unpacked `make dist`
 # tarball:
@@ -24,11 +25,13 @@
 #   CUDA_PATH     the CUDA toolkit (default: /usr/local/cuda when it has nvcc)
 #   BENCH_ARGS    arguments for `scaledmm bench` after --backend cuda
 #   TORCH_ARGS    arguments for scripts/torch_int_mm_bench.py
+#   TUNE_ARGS     arguments for gpu-tune (default: --launch-cost quick)
 #   JOBS          make -j (default: nproc)
 #   PYTHON        the Python with PyTorch for the torch baseline and the
 #                 Python package's steps (default: python3)
 #   EVAL_ARGS     arguments for `python -m scaledmm.eval` (the Python step)
-#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TORCH=1, SKIP_PYTHON=1   skip a step
+#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TUNE=1, SKIP_TORCH=1, SKIP_PYTHON=1
+#                 skip a step
 #
 # The Python step installs the package of python/ built on this CUDA build
 # (pip install --no-build-isolation --no-deps --target BUILD_DIR/python-site)
@@ -164,6 +167,27 @@ else
         record bench ok "bench.txt"
     else
         record bench FAIL "see bench.log"
+    fi
+fi
+if [ "${SKIP_TUNE:-0}" = 1 ]; then
+    record tune skip
+else
+    # The build command of scripts/gpu-tune.hip's header, on this build.
+    babs=$(cd "$build" && pwd)
+    note "build scripts/gpu-tune.hip, run gpu-tune ${TUNE_ARGS:---launch-cost quick} (log: $logs/tune.txt)"
+    if (cd "$top" && "${CUDA_PATH:+$CUDA_PATH/bin/}nvcc" -x cu -std=c++17 -O3 \
+            -gencode arch=compute_90,code=sm_90 -Iinclude -Ilib/rocm scripts/gpu-tune.hip \
+            -o "$babs/gpu-tune" -L"$babs/lib/.libs" -lscaledmm -ldl \
+            -Xlinker -rpath -Xlinker "$babs/lib/.libs") > "$logs/tune.log" 2>&1; then
+        # shellcheck disable=SC2086
+        if "$babs/gpu-tune" ${TUNE_ARGS:---launch-cost quick} > "$logs/tune.txt" \
+               2>> "$logs/tune.log"; then
+            record tune ok "tune.txt"
+        else
+            record tune FAIL "see tune.log"
+        fi
+    else
+        record tune FAIL "gpu-tune did not build (see tune.log)"
     fi
 fi
 if [ "${SKIP_TORCH:-0}" = 1 ]; then

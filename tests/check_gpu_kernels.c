@@ -17,6 +17,20 @@
  * random. C is poisoned around and inside its strided view: the bytes
  * outside the view must be unchanged, as the reference leaves them.
  *
+ * Then what a caller's pipeline does around the kernels, through the
+ * public API: (graph) a quantizer call and a mm, or a mm alone, captured
+ * into a CUDA graph in the strictest capture mode (the first launches of
+ * the process, so each launch path's per-device set-up happens inside a
+ * capture) and replayed twice, the outputs poisoned again in between (some
+ * as one smm_linear call, against the reference's two calls);
+ * (late_inputs) A, scale_a and azp written by the quantizer just before
+ * the mm on the same stream, which a decode kernel launched early (reading
+ * a packed B before its wait) must not read before they land; (chain) two
+ * decode mms chained without a synchronisation, the first's int32 output
+ * the second's A; (convert_all) every binary32 pattern through the
+ * kernels' bfloat16 and float16 output conversion (as per-channel scales
+ * of a mm whose sums are 1), against lib/convert.c's.
+ *
  * A forced kernel that cannot run a problem gives way to the automatic
  * choice (kernels.h); the suite prints, per family, how many cases ran it.
  * Families a device lacks (sm_90a kernels on other GPUs) may run no case;
@@ -442,13 +456,554 @@ START_TEST(test_quantize)
 }
 END_TEST
 
+/* ---- pipelines: late-written inputs, CUDA graphs ---- */
+
+/* The decode-path GEMMs of a pipeline case (M <= 32 unless stated, rows
+ * 16-byte aligned) and what is forced: the launch paths the automatic
+ * choice takes on an H100 / H200 for these shapes (the decode kernel's
+ * forms, the tensor-copy and ring decode kernels, the TMA and 128 x 128
+ * tile kernels) and the decode kernels forced. */
+typedef struct pipe_case {
+    int64_t m, n, k;
+    int packed;   /* B packed (the decode kernels may read it early) */
+    int quant;    /* A and scale_a written by smm_quantize_i8 just before;
+                     2: both calls as one smm_linear on the GPU */
+    int unaligned; /* lda = ldb = K (odd K): the guarded paths */
+    smm_gpu_force force;
+} pipe_case;
+
+static const pipe_case graph_cases[] = {
+    {1, 4096, 1024, 1, 0, 0, {SMM_GPU_KERNEL_DECODE, 1, 1, 0, 1, 0, 0}},
+    {16, 6144, 1024, 1, 1, 0, {SMM_GPU_KERNEL_DECODE, 2, 1, 0, 1, 0, 0}},
+    {1, 8000, 3000, 1, 0, 0, {0}},
+    {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0}},
+    {24, 26000, 256, 0, 0, 0, {0}},
+    {32, 4096, 1024, 1, 1, 0, {0}},
+    {28, 6144, 4096, 0, 2, 0, {0}},
+    {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
+    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
+    {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0}},
+    {1024, 4352, 128, 0, 2, 0, {0}},
+    {300, 1000, 200, 0, 0, 0, {0}},
+    {40, 300, 77, 0, 0, 1, {0}},
+};
+
+/* CUDA's driver API (libcuda.so.1, loaded by the runtime the plugin
+ * uses): streams and graphs, for the capture cases. */
+static struct {
+    int ok;
+    int (*ctx_get)(void **);
+    int (*dev_get)(int *, int);
+    int (*primary_retain)(void **, int);
+    int (*ctx_set)(void *);
+    int (*stream_create)(void **, unsigned);
+    int (*stream_destroy)(void *);
+    int (*stream_sync)(void *);
+    int (*begin)(void *, int);
+    int (*end)(void *, void **);
+    int (*instantiate)(void **, void *, unsigned long long);
+    int (*launch)(void *, void *);
+    int (*exec_destroy)(void *);
+    int (*graph_destroy)(void *);
+} cu;
+
+static const char *load_cuda_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h)
+        return "libcuda.so.1 cannot be loaded";
+#define CU_SYM(field, name)                                                                \
+    do {                                                                                   \
+        void *s_ = dlsym(h, name);                                                         \
+        if (!s_)                                                                           \
+            return "libcuda.so.1 lacks " name;                                             \
+        memcpy(&cu.field, &s_, sizeof s_);                                                 \
+    } while (0)
+    CU_SYM(ctx_get, "cuCtxGetCurrent");
+    CU_SYM(dev_get, "cuDeviceGet");
+    CU_SYM(primary_retain, "cuDevicePrimaryCtxRetain");
+    CU_SYM(ctx_set, "cuCtxSetCurrent");
+    CU_SYM(stream_create, "cuStreamCreate");
+    CU_SYM(stream_destroy, "cuStreamDestroy_v2");
+    CU_SYM(stream_sync, "cuStreamSynchronize");
+    CU_SYM(begin, "cuStreamBeginCapture_v2");
+    CU_SYM(end, "cuStreamEndCapture");
+    CU_SYM(instantiate, "cuGraphInstantiateWithFlags");
+    CU_SYM(launch, "cuGraphLaunch");
+    CU_SYM(exec_destroy, "cuGraphExecDestroy");
+    CU_SYM(graph_destroy, "cuGraphDestroy");
+#undef CU_SYM
+    cu.ok = 1;
+    return NULL;
+}
+
+#define CU_CK(call) ck_assert_msg((call) == 0, "%s failed", #call)
+
+/* A non-blocking stream on the device the GPU context uses (device 0: the
+ * library's contexts use the current device, 0 in this process). */
+static void *cu_stream(void)
+{
+    void *ctx = NULL, *s = NULL;
+    int dev;
+    CU_CK(cu.ctx_get(&ctx));
+    if (!ctx) {
+        CU_CK(cu.dev_get(&dev, 0));
+        CU_CK(cu.primary_retain(&ctx, dev));
+        CU_CK(cu.ctx_set(ctx));
+    }
+    CU_CK(cu.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */));
+    return s;
+}
+
+/* Random x (f32) for the quantizer: values of a few units. */
+static void fill_x(cf_rng *r, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)cf_rng_range(r, -3000000, 3000000) / 1000000.0f;
+}
+
+/* Runs one pipeline case on the reference and on the GPU: [smm_quantize_i8
+ * of x into A and per-token scale_a (and azp)], then the scaled mm, on one
+ * stream; with graph, both captured into a CUDA graph (the strictest
+ * capture mode) and the graph replayed twice, C (and A, scale_a, azp)
+ * poisoned again before the second replay. C is compared with its guards after
+ * each run. Returns the kernel that ran the mm. */
+static int run_pipe(smm_context *ref, smm_context *g, const pipe_case *pc, smm_dtype c_dtype,
+                    int graph, cf_rng *r)
+{
+    const int64_t m = pc->m, n = pc->n, k = pc->k;
+    const int64_t ld = pc->unaligned ? k : (k + 15) / 16 * 16;
+    const size_t a_bytes = (size_t)(m * ld), b_bytes = (size_t)(n * ld);
+    const size_t es = dtype_size(c_dtype), guard = 64;
+    const size_t c_bytes = (size_t)(m * n) * es + 2 * guard;
+    float *x = calloc((size_t)(m * ld), sizeof(float));
+    int8_t *a = malloc(a_bytes), *b = malloc(b_bytes);
+    float *sa = malloc(sizeof(float) * (size_t)m), *sb = malloc(sizeof(float) * (size_t)n);
+    float *bias = malloc(sizeof(float) * (size_t)n);
+    int32_t *azp = malloc(sizeof(int32_t) * (size_t)m);
+    unsigned char *c_ref = malloc(c_bytes), *c_gpu = malloc(c_bytes);
+    const int with_azp = pc->quant && (int)cf_rng_range(r, 0, 1);
+    ck_assert(x && a && b && sa && sb && bias && azp && c_ref && c_gpu);
+
+    fill_x(r, x, (size_t)(m * ld));
+    for (size_t i = 0; i < a_bytes; i++)
+        a[i] = (int8_t)cf_rng_range(r, -128, 127);
+    for (size_t i = 0; i < b_bytes; i++)
+        b[i] = (int8_t)cf_rng_range(r, -128, 127);
+    for (int64_t j = 0; j < m; j++)
+        sa[j] = rnd_float(r, 0, 0.05f), azp[j] = 0;
+    for (int64_t j = 0; j < n; j++)
+        sb[j] = rnd_float(r, 2, 0.05f), bias[j] = rnd_float(r, 2, 10.0f);
+    for (size_t i = 0; i < c_bytes; i++)
+        c_ref[i] = (unsigned char)(0xA5 ^ (i * 7));
+
+    smm_quantize_args q;
+    smm_scaled_mm_args mm;
+    memset(&q, 0, sizeof q);
+    q.m = m, q.k = k, q.x = x, q.x_dtype = SMM_DTYPE_F32, q.ldx = ld, q.q = a, q.ldq = ld;
+    q.scale = sa, q.azp = with_azp ? azp : NULL, q.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+    memset(&mm, 0, sizeof mm);
+    mm.m = m, mm.n = n, mm.k = k, mm.a = a, mm.lda = ld, mm.b = b, mm.ldb = ld;
+    mm.scale_a = sa, mm.scale_a_len = m, mm.scale_b = sb, mm.scale_b_len = n;
+    mm.bias = cf_rng_range(r, 0, 1) ? bias : NULL;
+    mm.azp = with_azp ? azp : NULL, mm.azp_len = m;
+    mm.c = c_ref + guard, mm.ldc = n, mm.c_dtype = c_dtype;
+    if (pc->quant)
+        ck_assert_int_eq(smm_quantize_i8(ref, &q), SMM_OK);
+    ck_assert_int_eq(smm_scaled_mm(ref, &mm), SMM_OK);
+
+    /* The GPU's inputs: A, scale_a and azp poisoned when the quantizer
+     * writes them. */
+    void *bx, *ba, *bb, *bsa, *bsb, *bbias, *bazp, *bc;
+    size_t p_bytes = c_bytes > a_bytes ? c_bytes : a_bytes;
+    if (p_bytes < 4 * (size_t)m)
+        p_bytes = 4 * (size_t)m;
+    unsigned char *poison = malloc(p_bytes);
+    ck_assert(poison != NULL);
+    for (size_t i = 0; i < p_bytes; i++)
+        poison[i] = (unsigned char)(0xA5 ^ (i * 7));
+    const float *dx = to_dev(g, x, sizeof(float) * (size_t)(m * ld), 0, &bx);
+    int8_t *da = to_dev(g, pc->quant ? (const void *)poison : a, a_bytes, 0, &ba);
+    const int8_t *db = to_dev(g, b, b_bytes, 0, &bb);
+    float *dsa = to_dev(g, pc->quant ? (const void *)poison : sa, sizeof(float) * (size_t)m, 0,
+                        &bsa);
+    const float *dsb = to_dev(g, sb, sizeof(float) * (size_t)n, 0, &bsb);
+    const float *dbias = to_dev(g, bias, sizeof(float) * (size_t)n, 0, &bbias);
+    int32_t *dazp = to_dev(g, pc->quant ? (const void *)poison : azp,
+                           sizeof(int32_t) * (size_t)m, 0, &bazp);
+    unsigned char *dc = to_dev(g, poison, c_bytes, 0, &bc);
+    smm_packed_b *pb = NULL;
+    if (pc->packed)
+        ck_assert_int_eq(smm_pack_b(g, n, k, db, ld, &pb), SMM_OK);
+    q.x = dx, q.q = da, q.scale = dsa, q.azp = with_azp ? dazp : NULL;
+    mm.a = da, mm.b = pc->packed ? NULL : db, mm.b_packed = pb, mm.scale_a = dsa;
+    mm.scale_b = dsb, mm.bias = mm.bias ? dbias : NULL, mm.azp = with_azp ? dazp : NULL;
+    mm.c = dc + guard;
+
+    void *st = NULL, *graph_h = NULL, *exec = NULL;
+    ck_assert_int_eq(smm_synchronize(g), SMM_OK); /* the copies above have landed */
+    if (graph) {
+        st = cu_stream();
+        ck_assert_int_eq(smm_context_set_stream(g, st), SMM_OK);
+    }
+    smm_gpu_counts before, after;
+    kernel_counts(&before);
+    force_set(&pc->force);
+    if (graph)
+        CU_CK(cu.begin(st, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */));
+    smm_status st_q = pc->quant == 1 ? smm_quantize_i8(g, &q) : SMM_OK, st_mm;
+    if (pc->quant == 2) {
+        smm_linear_args l;
+        memset(&l, 0, sizeof l);
+        l.m = m, l.n = n, l.k = k, l.x = dx, l.x_dtype = SMM_DTYPE_F32, l.ldx = ld;
+        l.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, l.asymmetric = with_azp;
+        l.x_scale = dsa, l.x_azp = with_azp ? dazp : NULL, l.q = da, l.ldq = ld;
+        l.b = mm.b, l.ldb = ld, l.b_packed = pb, l.scale_b = dsb, l.scale_b_len = n;
+        l.bias = mm.bias, l.c = mm.c, l.ldc = n, l.c_dtype = c_dtype;
+        st_mm = smm_linear(g, &l);
+    } else
+        st_mm = smm_scaled_mm(g, &mm);
+    force_set(NULL);
+    if (graph) {
+        ck_assert_msg(st_q == SMM_OK && st_mm == SMM_OK, "captured calls: %s, %s (%s)",
+                      smm_strerror(st_q), smm_strerror(st_mm), smm_context_last_error(g));
+        CU_CK(cu.end(st, &graph_h));
+        CU_CK(cu.instantiate(&exec, graph_h, 0));
+    }
+    for (int run = 0; run < (graph ? 2 : 1); run++) {
+        if (graph && run == 1) { /* poisoned again, then the second replay */
+            ck_assert_int_eq(smm_memcpy(g, dc, poison, c_bytes, SMM_MEMCPY_HOST_TO_DEVICE),
+                             SMM_OK);
+            if (pc->quant) {
+                ck_assert_int_eq(smm_memcpy(g, da, poison, a_bytes, SMM_MEMCPY_HOST_TO_DEVICE),
+                                 SMM_OK);
+                ck_assert_int_eq(smm_memcpy(g, dsa, poison, 4 * (size_t)m,
+                                            SMM_MEMCPY_HOST_TO_DEVICE),
+                                 SMM_OK);
+                ck_assert_int_eq(smm_memcpy(g, dazp, poison, 4 * (size_t)m,
+                                            SMM_MEMCPY_HOST_TO_DEVICE),
+                                 SMM_OK);
+            }
+        }
+        if (graph)
+            CU_CK(cu.launch(exec, st));
+        ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+        ck_assert_msg(st_q == SMM_OK && st_mm == SMM_OK, "calls: %s, %s (%s)",
+                      smm_strerror(st_q), smm_strerror(st_mm), smm_context_last_error(g));
+        ck_assert_int_eq(smm_memcpy(g, c_gpu, dc, c_bytes, SMM_MEMCPY_DEVICE_TO_HOST), SMM_OK);
+        if (memcmp(c_ref, c_gpu, c_bytes) != 0) {
+            size_t at = 0;
+            while (c_ref[at] == c_gpu[at])
+                at++;
+            ck_abort_msg("%s%s: forced %s, M %" PRId64 " N %" PRId64 " K %" PRId64
+                         " %s, packed %d, quantized A %d (azp %d), unaligned %d, groups %d "
+                         "cluster %d stages %d pre %d: C differs at byte %zu (guard %zu)",
+                         graph ? "graph replay " : "stream", graph ? (run ? "2" : "1") : "",
+                         kernel_name(pc->force.kernel), m, n, k, smm_dtype_name(c_dtype),
+                         pc->packed, pc->quant, with_azp, pc->unaligned, pc->force.groups,
+                         pc->force.cluster, pc->force.stages, pc->force.pre, at, guard);
+        }
+    }
+    kernel_counts(&after);
+    int ran = 0;
+    for (int kk = 1; kk < SMM_GPU_KERNEL_COUNT; kk++)
+        if (after.launches[kk] != before.launches[kk])
+            ran = kk;
+    if (graph) {
+        CU_CK(cu.exec_destroy(exec));
+        CU_CK(cu.graph_destroy(graph_h));
+        ck_assert_int_eq(smm_context_set_stream(g, NULL), SMM_OK);
+        CU_CK(cu.stream_destroy(st));
+    }
+    smm_packed_b_destroy(pb);
+    smm_free(g, bx), smm_free(g, ba), smm_free(g, bb), smm_free(g, bsa), smm_free(g, bsb);
+    smm_free(g, bbias), smm_free(g, bazp), smm_free(g, bc);
+    free(x), free(a), free(b), free(sa), free(sb), free(bias), free(azp), free(c_ref);
+    free(c_gpu), free(poison);
+    return ran;
+}
+
+/* First in the suite, so that each launch path is first used inside a
+ * capture (the launchers' per-device set-up: queries, kernel attributes,
+ * tensor maps), as an application capturing its first decode step would. */
+START_TEST(test_graph)
+{
+    if (gpu_backend != SMM_BACKEND_CUDA) {
+        printf("check_gpu_kernels: graphs: not checked on %s (CUDA graphs only)\n",
+               smm_backend_name(gpu_backend));
+        return;
+    }
+    const char *why = load_cuda_driver();
+    ck_assert_msg(why == NULL, "%s", why ? why : "");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *g = tu_ctx(gpu_backend, 0);
+    static const smm_dtype types[] = {SMM_DTYPE_BF16, SMM_DTYPE_F16, SMM_DTYPE_F32};
+    cf_rng r = tu_rng("graph");
+    const int nc = (int)(sizeof graph_cases / sizeof graph_cases[0]);
+
+    find_force_interface();
+    for (int i = 0; i < nc; i++) {
+        const int ran = run_pipe(ref, g, &graph_cases[i], types[i % 3], 1, &r);
+        printf("check_gpu_kernels: graph: M %" PRId64 " N %" PRId64 " K %" PRId64
+               " forced %s: %s ran\n",
+               graph_cases[i].m, graph_cases[i].n, graph_cases[i].k,
+               kernel_name(graph_cases[i].force.kernel), ran ? kernel_name(ran) : "nothing");
+    }
+    fflush(stdout);
+    smm_context_destroy(g);
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* A (and scale_a, azp) written by the quantizer just before the mm on the
+ * same stream: a decode kernel launched early (programmatic dependent
+ * launch, reading a packed B before its wait) must still read the new A. */
+START_TEST(test_late_inputs)
+{
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *g = tu_ctx(gpu_backend, 0);
+    cf_rng r = tu_rng("late-inputs");
+    static const int decode[] = {SMM_GPU_KERNEL_AUTO, SMM_GPU_KERNEL_DECODE,
+                                 SMM_GPU_KERNEL_DECODE_TMA, SMM_GPU_KERNEL_DECODE_RING};
+    static const smm_dtype types[] = {SMM_DTYPE_BF16, SMM_DTYPE_F16, SMM_DTYPE_F32};
+    static const int gs[] = {0, 1, 2, 4};
+
+    find_force_interface();
+    for (int i = 0; i < 80; i++) {
+        pipe_case pc;
+        memset(&pc, 0, sizeof pc);
+        pc.m = i < 74 ? cf_rng_range(&r, 1, 32) : cf_rng_range(&r, 64, 300);
+        pc.n = cf_rng_range(&r, 0, 2) == 0 ? cf_rng_range(&r, 1, 300)
+                                           : cf_rng_range(&r, 300, 3000);
+        pc.k = cf_rng_range(&r, 0, 4) == 0 ? cf_rng_range(&r, 2000, 9000)
+                                           : cf_rng_range(&r, 1, 2200);
+        pc.packed = i % 2 == 0 || cf_rng_range(&r, 0, 1);
+        pc.quant = 1 + (int)cf_rng_range(&r, 0, 1); /* 2: smm_linear */
+        pc.force.kernel = decode[cf_rng_range(&r, 0, 3)];
+        if (gpu_backend != SMM_BACKEND_CUDA)
+            pc.force.kernel = SMM_GPU_KERNEL_AUTO;
+        pc.force.groups = gs[cf_rng_range(&r, 0, 3)];
+        pc.force.cluster = gs[cf_rng_range(&r, 0, 3)];
+        pc.force.pre = (int)cf_rng_range(&r, -1, 1);
+        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_TMA)
+            pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 2, 16);
+        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING)
+            pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 3, 8);
+        run_pipe(ref, g, &pc, types[cf_rng_range(&r, 0, 2)], 0, &r);
+    }
+    printf("check_gpu_kernels: late inputs: 80 cases\n");
+    smm_context_destroy(g);
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* Two decode mms chained on one stream without a synchronisation, both
+ * with a packed B, int32 out: the second's A is the first's output (its
+ * int32 rows read as int8 rows of 4 N1 bytes). The first is slow (four
+ * row groups per block, no cluster: few blocks, each long) or in the
+ * decode kernel's shared-memory form (one row group at M <= 8, two at
+ * 9..32), which lets its successor launch at once; the second loads its
+ * B before its wait and must still read all of the first's output. */
+START_TEST(test_chain)
+{
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *g = tu_ctx(gpu_backend, 0);
+    cf_rng r = tu_rng("chain");
+
+    find_force_interface();
+    for (int it = 0; it < 18; it++) {
+        const int form = it % 3; /* 0: slow first; 1, 2: shared-memory form, row groups */
+        const int64_t m = form == 1 ? cf_rng_range(&r, 1, 8)
+                          : form == 2 ? cf_rng_range(&r, 9, 32) : cf_rng_range(&r, 1, 32);
+        const int64_t n1 = 4 * cf_rng_range(&r, 1, 512), n2 = cf_rng_range(&r, 1, 1500);
+        const int64_t k1 = form ? cf_rng_range(&r, 64, 8192) : cf_rng_range(&r, 1, 8192);
+        const int64_t ld1 = (k1 + 15) / 16 * 16, k2 = 4 * n1;
+        int8_t *a1 = malloc((size_t)(m * ld1)), *b1 = malloc((size_t)(n1 * ld1));
+        int8_t *b2 = malloc((size_t)(n2 * k2));
+        int32_t *c1 = malloc(sizeof(int32_t) * (size_t)(m * n1));
+        int32_t *c2 = malloc(sizeof(int32_t) * (size_t)(m * n2));
+        int32_t *g1 = malloc(sizeof(int32_t) * (size_t)(m * n1));
+        int32_t *g2 = malloc(sizeof(int32_t) * (size_t)(m * n2));
+        ck_assert(a1 && b1 && b2 && c1 && c2 && g1 && g2);
+        for (int64_t i = 0; i < m * ld1; i++)
+            a1[i] = (int8_t)cf_rng_range(&r, -128, 127);
+        for (int64_t i = 0; i < n1 * ld1; i++)
+            b1[i] = (int8_t)cf_rng_range(&r, -128, 127);
+        for (int64_t i = 0; i < n2 * k2; i++)
+            b2[i] = (int8_t)cf_rng_range(&r, -128, 127);
+        ck_assert_int_eq(smm_gemm_s8s8s32(ref, m, n1, k1, a1, ld1, b1, ld1, c1, n1), SMM_OK);
+        ck_assert_int_eq(smm_gemm_s8s8s32(ref, m, n2, k2, (const int8_t *)c1, k2, b2, k2, c2,
+                                          n2),
+                         SMM_OK);
+
+        void *ba1, *bb1, *bb2, *bc1, *bc2;
+        memset(g1, 0xA5, sizeof(int32_t) * (size_t)(m * n1));
+        memset(g2, 0xA5, sizeof(int32_t) * (size_t)(m * n2));
+        const int8_t *da1 = to_dev(g, a1, (size_t)(m * ld1), 0, &ba1);
+        const int8_t *db1 = to_dev(g, b1, (size_t)(n1 * ld1), 0, &bb1);
+        const int8_t *db2 = to_dev(g, b2, (size_t)(n2 * k2), 0, &bb2);
+        int32_t *dc1 = to_dev(g, g1, sizeof(int32_t) * (size_t)(m * n1), 0, &bc1);
+        int32_t *dc2 = to_dev(g, g2, sizeof(int32_t) * (size_t)(m * n2), 0, &bc2);
+        smm_packed_b *p1 = NULL, *p2 = NULL;
+        ck_assert_int_eq(smm_pack_b(g, n1, k1, db1, ld1, &p1), SMM_OK);
+        ck_assert_int_eq(smm_pack_b(g, n2, k2, db2, k2, &p2), SMM_OK);
+        ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+
+        smm_gpu_force f;
+        memset(&f, 0, sizeof f);
+        f.kernel = gpu_backend == SMM_BACKEND_CUDA ? SMM_GPU_KERNEL_DECODE : 0;
+        f.groups = form ? form : 4, f.cluster = 1, f.pre = form ? 1 : 0;
+        force_set(&f);
+        ck_assert_int_eq(smm_gemm_s8s8s32_packed(g, m, n1, k1, da1, ld1, p1, dc1, n1), SMM_OK);
+        force_set(NULL);
+        ck_assert_int_eq(smm_gemm_s8s8s32_packed(g, m, n2, k2, (const int8_t *)dc1, k2, p2,
+                                                 dc2, n2),
+                         SMM_OK);
+        ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+        ck_assert_int_eq(smm_memcpy(g, g1, dc1, sizeof(int32_t) * (size_t)(m * n1),
+                                    SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        ck_assert_int_eq(smm_memcpy(g, g2, dc2, sizeof(int32_t) * (size_t)(m * n2),
+                                    SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        ck_assert_msg(memcmp(g1, c1, sizeof(int32_t) * (size_t)(m * n1)) == 0 &&
+                          memcmp(g2, c2, sizeof(int32_t) * (size_t)(m * n2)) == 0,
+                      "chain %d: M %" PRId64 " N1 %" PRId64 " K1 %" PRId64 " N2 %" PRId64
+                      " K2 %" PRId64 ", first %s: %s differs",
+                      it, m, n1, k1, n2, k2, form ? "in its shared-memory form" : "slow",
+                      memcmp(g1, c1, sizeof(int32_t) * (size_t)(m * n1)) ? "the first's output"
+                                                                         : "the second's");
+        smm_packed_b_destroy(p1), smm_packed_b_destroy(p2);
+        smm_free(g, ba1), smm_free(g, bb1), smm_free(g, bb2), smm_free(g, bc1);
+        smm_free(g, bc2);
+        free(a1), free(b1), free(b2), free(c1), free(c2), free(g1), free(g2);
+    }
+    printf("check_gpu_kernels: chains: 18 cases\n");
+    smm_context_destroy(g);
+    smm_context_destroy(ref);
+}
+END_TEST
+
+/* ---- the output conversion, every binary32 pattern ---- */
+
+/* With A = e0, B's rows e0 (K = 16, rows 16-byte aligned), scale_a = 1
+ * and no bias, C[0][j] is the conversion of scale_b[j] (acc = 1: t =
+ * 1.0f * sb = sb, y = 1.0f * t = sb), so 2^32 per-channel scales in
+ * chunks of 2^24 run every binary32 pattern through a kernel's bfloat16
+ * and float16 epilogue (on sm_90 the bfloat16 one is an instruction, not
+ * epilogue.h's integer form that tests/check_gpu_convert.c checks).
+ * Compared with smm_f32_to_bf16 / smm_f32_to_f16 (lib/convert.c, the
+ * reference's), after checking on one chunk that the reference backend
+ * gives the same bits. The chunks rotate over the vendor's kernels. */
+START_TEST(test_convert_all)
+{
+    const int64_t n = (int64_t)1 << 24, k = 16;
+    const smm_dtype dt = _i == 0 ? SMM_DTYPE_BF16 : SMM_DTYPE_F16;
+    const int *fams = gpu_backend == SMM_BACKEND_CUDA ? nvidia_families : amd_families;
+    const int nf = gpu_backend == SMM_BACKEND_CUDA
+                       ? (int)(sizeof nvidia_families / sizeof nvidia_families[0])
+                       : (int)(sizeof amd_families / sizeof amd_families[0]);
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *g = tu_ctx(gpu_backend, 0);
+    int8_t *b = calloc((size_t)(n * k), 1), a[16] = {1};
+    uint32_t *sb = malloc(sizeof(uint32_t) * (size_t)n);
+    uint16_t *got = malloc(2 * (size_t)n);
+    const float one = 1.0f;
+    long ran[SMM_GPU_KERNEL_COUNT] = {0};
+    ck_assert(b && sb && got);
+    for (int64_t j = 0; j < n; j++)
+        b[j * k] = 1;
+
+    find_force_interface();
+    void *ba, *bb, *bsa, *bsb, *bc;
+    const int8_t *da = to_dev(g, a, 16, 0, &ba), *db = to_dev(g, b, (size_t)(n * k), 0, &bb);
+    const float *dsa = to_dev(g, &one, 4, 0, &bsa);
+    float *dsb = to_dev(g, sb, 4 * (size_t)n, 0, &bsb);
+    void *dc = to_dev(g, got, 2 * (size_t)n, 0, &bc);
+    smm_scaled_mm_args x;
+    memset(&x, 0, sizeof x);
+    x.m = 1, x.n = n, x.k = k, x.a = a, x.lda = k, x.b = b, x.ldb = k;
+    x.scale_a = &one, x.scale_a_len = 1, x.scale_b = (const float *)sb, x.scale_b_len = n;
+    x.c = got, x.ldc = n, x.c_dtype = dt;
+
+    for (uint64_t chunk = 0; chunk < 256; chunk++) {
+        for (int64_t j = 0; j < n; j++)
+            sb[j] = (uint32_t)(chunk << 24 | (uint64_t)j);
+        if (chunk == 0x3F || chunk == 0x7F) {
+            /* The reference agrees: 2^16 patterns from 0x3F000000 (the
+             * exponents below 1.0) and up to 0x7FFFFFFF (NaNs). */
+            const int64_t off = chunk == 0x3F ? 0 : n - (1 << 16);
+            smm_scaled_mm_args y = x;
+            y.n = 1 << 16, y.ldc = y.n, y.scale_b = (const float *)(sb + off);
+            y.scale_b_len = y.n;
+            ck_assert_int_eq(smm_scaled_mm(ref, &y), SMM_OK);
+            for (int64_t j = 0; j < y.n; j++) {
+                float f;
+                memcpy(&f, &sb[off + j], 4);
+                ck_assert_uint_eq(got[j], dt == SMM_DTYPE_BF16 ? smm_f32_to_bf16(f)
+                                                               : smm_f32_to_f16(f));
+            }
+        }
+        ck_assert_int_eq(smm_memcpy(g, dsb, sb, 4 * (size_t)n, SMM_MEMCPY_HOST_TO_DEVICE),
+                         SMM_OK);
+        smm_scaled_mm_args y = x;
+        y.a = da, y.b = db, y.scale_a = dsa, y.scale_b = dsb, y.c = dc;
+        smm_gpu_force f;
+        smm_gpu_counts before, after;
+        memset(&f, 0, sizeof f);
+        f.kernel = fams[chunk % (uint64_t)nf];
+        kernel_counts(&before);
+        force_set(&f);
+        const smm_status st = smm_scaled_mm(g, &y);
+        force_set(NULL);
+        ck_assert_int_eq(st, SMM_OK);
+        ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+        kernel_counts(&after);
+        for (int kk = 1; kk < SMM_GPU_KERNEL_COUNT; kk++)
+            if (after.launches[kk] != before.launches[kk])
+                ran[kk]++;
+        ck_assert_int_eq(smm_memcpy(g, got, dc, 2 * (size_t)n, SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        for (int64_t j = 0; j < n; j++) {
+            float v;
+            memcpy(&v, &sb[j], 4);
+            const uint16_t want = dt == SMM_DTYPE_BF16 ? smm_f32_to_bf16(v) : smm_f32_to_f16(v);
+            if (got[j] != want)
+                ck_abort_msg("%s of binary32 0x%08" PRIX32 ": GPU 0x%04X, reference 0x%04X "
+                             "(forced %s)",
+                             smm_dtype_name(dt), sb[j], got[j], want, kernel_name(f.kernel));
+        }
+    }
+    printf("check_gpu_kernels: %s output of every binary32 pattern:", smm_dtype_name(dt));
+    for (int kk = 1; kk < SMM_GPU_KERNEL_COUNT; kk++)
+        if (ran[kk])
+            printf(" %s %ld chunks", kernel_name(kk), ran[kk]);
+    printf("\n");
+    smm_free(g, ba), smm_free(g, bb), smm_free(g, bsa), smm_free(g, bsb), smm_free(g, bc);
+    free(b), free(sb), free(got);
+    smm_context_destroy(g);
+    smm_context_destroy(ref);
+}
+END_TEST
+
 static Suite *gpu_kernels_suite(void)
 {
     Suite *s = suite_create("gpu_kernels");
-    TCase *tc = tu_tcase(s, "family", 600);
+    /* First: each launch path's first use is inside a capture. */
+    TCase *tc = tu_tcase(s, "graph", 300);
+    tcase_add_test(tc, test_graph);
+    tc = tu_tcase(s, "family", 600);
     tcase_add_loop_test(tc, test_family, 0, 8);
     tc = tu_tcase(s, "quantize", 300);
     tcase_add_test(tc, test_quantize);
+    tc = tu_tcase(s, "late_inputs", 300);
+    tcase_add_test(tc, test_late_inputs);
+    tc = tu_tcase(s, "chain", 300);
+    tcase_add_test(tc, test_chain);
+    tc = tu_tcase(s, "convert_all", 900);
+    tcase_add_loop_test(tc, test_convert_all, 0, 2);
     return s;
 }
 

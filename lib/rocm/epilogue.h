@@ -28,9 +28,10 @@
  * so they match the reference in every case: rounding, overflow to Inf,
  * subnormals, signed zeros and the canonical NaN 0x7FFF. One exception:
  * on NVIDIA sm_90 the bfloat16 conversion is the instruction
- * cvt.rn.bf16.f32 (no .ftz), which scripts/gpu-gemm-selftest.cu compares
- * with the integer form (smm_epi_f32_to_bf16_int) on all 2^32 binary32
- * patterns on the device; the float16 one stays integer arithmetic.
+ * cvt.rn.bf16.f32 (no .ftz), which tests/check_gpu_kernels.c (convert_all)
+ * compares through the GEMM's output with lib/convert.c on all 2^32
+ * binary32 patterns on the device; the float16 one stays integer
+ * arithmetic.
  *
  * SMM_HD functions also compile for the host: tests/check_gpu_convert.c
  * compares the integer conversions with lib/convert.c there.
@@ -117,8 +118,8 @@ SMM_HD uint16_t smm_epi_f32_to_bf16_int(float x)
 
 /* The same conversion; on NVIDIA sm_90 one instruction, cvt.rn.bf16.f32
  * (round to nearest even, subnormals kept without .ftz, the canonical
- * NaN 0x7FFF for any NaN), which scripts/gpu-gemm-selftest.cu compares
- * with the integer form on every binary32 bit pattern. */
+ * NaN 0x7FFF for any NaN), which tests/check_gpu_kernels.c compares with
+ * lib/convert.c's on every binary32 bit pattern. */
 SMM_HD uint16_t smm_epi_f32_to_bf16(float x)
 {
 #if defined(SMM_GPU_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
