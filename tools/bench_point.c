@@ -114,11 +114,26 @@ void bench_linear_args(const smm_quantize_args *qa, const smm_scaled_mm_args *ma
     la->c_dtype = ma->c_dtype;
 }
 
-/* One layer with weight copy `copy`, three ways: smm_linear (the layer in
- * one call), then smm_quantize_i8 and smm_scaled_mm alone. Times them if
- * t is non-NULL (t[0]: quantize, t[1]: mm, t[2]: the layer). */
-static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int copy,
-                            int64_t m, const point_bufs *p, double t[3],
+/* The quantize and scaled_mm arguments of one layer with weight copy
+ * `copy` (packed when the weights are). */
+static void copy_args(const bench_weights *w, int copy, int64_t m, const point_bufs *p,
+                      smm_quantize_args *qa, smm_scaled_mm_args *ma)
+{
+    bench_layer_args(m, w->n, w->k, p->x, p->q, p->scale_a, w->b[copy], w->scale_b[copy],
+                     p->c, qa, ma);
+    if (w->packed) {
+        ma->b = NULL;
+        ma->b_packed = w->packed[copy];
+    }
+}
+
+/* One layer three ways: smm_linear (the layer in one call) with weight
+ * copy `copy_l`, then smm_quantize_i8 and smm_scaled_mm alone with copy
+ * `copy_m` (another copy, so that neither reads weights the other left in
+ * cache). Times them if t is non-NULL (t[0]: quantize, t[1]: mm, t[2]:
+ * the layer). The outputs left are those of copy_m's calls. */
+static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int copy_l,
+                            int copy_m, int64_t m, const point_bufs *p, double t[3],
                             const char **what)
 {
     smm_quantize_args qa;
@@ -127,13 +142,9 @@ static smm_status run_layer(const bench_config *cfg, const bench_weights *w, int
     smm_status st;
     double t0, t1, t2, t3;
 
-    bench_layer_args(m, w->n, w->k, p->x, p->q, p->scale_a, w->b[copy], w->scale_b[copy],
-                     p->c, &qa, &ma);
-    if (w->packed) {
-        ma.b = NULL;
-        ma.b_packed = w->packed[copy];
-    }
+    copy_args(w, copy_l, m, p, &qa, &ma);
     bench_linear_args(&qa, &ma, &la);
+    copy_args(w, copy_m, m, p, &qa, &ma);
     t0 = timer_now();
     st = smm_linear(cfg->ctx, &la);
     t1 = timer_now();
@@ -200,12 +211,13 @@ int bench_point(const bench_config *cfg, const bench_weights *w, int64_t m,
 
     /* Warm-up (threads started, pages touched), then the timed runs. */
     poison(&p, m, n, k);
-    st = run_layer(cfg, w, 0, m, &p, NULL, &what);
+    st = run_layer(cfg, w, 0, w->copies > 1 ? 1 : 0, m, &p, NULL, &what);
     for (i = 0; st == SMM_OK && i < cfg->repeats; i++) {
         double t[3];
-        copy = (i + 1) % w->copies;
+        const int copy_l = (2 * i + 2) % w->copies;
+        copy = (2 * i + 3) % w->copies;
         poison(&p, m, n, k);
-        st = run_layer(cfg, w, copy, m, &p, t, &what);
+        st = run_layer(cfg, w, copy_l, copy, m, &p, t, &what);
         if (st != SMM_OK)
             break;
         tq[i] = t[0];
