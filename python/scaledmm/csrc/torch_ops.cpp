@@ -168,21 +168,16 @@ Operands operands(const at::Tensor &a, const at::Tensor &b, const char *op)
     return o;
 }
 
-void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
-                    const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
-                    const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+// The epilogue operands (scales, bias, zero points) and the output of an
+// [M, N] problem on a's device, checked, into args; then the call.
+void run_scaled_mm(const at::Tensor &a, const at::Tensor &scale_a, const at::Tensor &scale_b,
+                   const c10::optional<at::Tensor> &bias, const c10::optional<at::Tensor> &azp,
+                   at::Tensor &out, smm_scaled_mm_args &args, const char *op)
 {
-    const Operands o = operands(a, b, op);
-    const int64_t m = o.m, n = o.n, k = o.k;
+    const int64_t m = args.m, n = args.n;
     same_device(a, scale_a, op, "scale_a");
     same_device(a, scale_b, op, "scale_b");
     same_device(a, out, op, "out");
-    smm_scaled_mm_args args{};
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.lda = o.lda;
-    args.ldb = o.ldb;
     args.scale_a_len = vector_len(scale_a, at::kFloat, 1, m, op, "scale_a");
     args.scale_b_len = vector_len(scale_b, at::kFloat, 1, n, op, "scale_b");
     if (bias) {
@@ -200,13 +195,27 @@ void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &
                       ": out has shape ", out.sizes(), "; expected [", m, ", ", n, "]");
     args.ldc = leading_dim(out, out.scalar_type(), op, "out");
     args.a = static_cast<const int8_t *>(a.data_ptr());
-    args.b = static_cast<const int8_t *>(b.data_ptr());
     args.scale_a = scale_a.data_ptr<float>();
     args.scale_b = scale_b.data_ptr<float>();
     args.c = out.data_ptr();
     c10::DeviceGuard guard(a.device());
     smm_context *ctx = context_on(a.device());
     check_status(ctx, smm_scaled_mm(ctx, &args), op);
+}
+
+void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                    const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                    const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+{
+    const Operands o = operands(a, b, op);
+    smm_scaled_mm_args args{};
+    args.m = o.m;
+    args.n = o.n;
+    args.k = o.k;
+    args.lda = o.lda;
+    args.ldb = o.ldb;
+    args.b = static_cast<const int8_t *>(b.data_ptr());
+    run_scaled_mm(a, scale_a, scale_b, bias, azp, out, args, op);
 }
 
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
