@@ -195,16 +195,21 @@ logging.getLogger("torch._library.fake_class_registry").addFilter(_PackedBDeepco
 # ---------------------------------------------------------------------- #
 # Python conveniences                                                     #
 # ---------------------------------------------------------------------- #
+_backend_generation = 0   # set_cpu_backend calls so far (ScaledMMLinear repacks on a change)
+
+
 def set_cpu_backend(name: str) -> None:
     """Which library backend runs the ops on CPU tensors: "cpu" (default,
     the blocked OpenMP kernels) or "reference" (the scalar reference). The
     results are the same bits; the reference is slow and meant for tests.
     A PackedB made before the change can no longer be used on CPU tensors
-    (scaled_mm_packed raises ValueError). Raises ValueError for another
-    name."""
+    (scaled_mm_packed raises ValueError); ScaledMMLinear packs its weight
+    again. Raises ValueError for another name."""
+    global _backend_generation
     code = _core.backend_from_name(name)
     gpu = _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA
     ops._set_backends(code, gpu)
+    _backend_generation += 1
 
 
 def set_num_threads(n: int) -> None:
@@ -345,9 +350,20 @@ class ScaledMMLinear(torch.nn.Module):
     forward(x): x float32 / float16 / bfloat16 [..., K]. The activations
     are quantized (quantize_i8: dynamic per-token, or static per-tensor),
     multiplied by the int8 weights with the scales and the bias in the
-    fused epilogue (scaled_mm, out_dtype = x.dtype). Every output bit is
-    the numerics contract's, so a row's result does not depend on the
-    other rows of the batch. Returns [..., N] of x.dtype.
+    fused epilogue (scaled_mm_packed, out_dtype = x.dtype). Every output
+    bit is the numerics contract's, so a row's result does not depend on
+    the other rows of the batch. Returns [..., N] of x.dtype.
+
+    Packed weight: the weight is packed once (pack_b) for its device, by
+    .to() / .cuda() / .cpu() (any Module._apply) or by the first forward,
+    and packed again when it has changed since: moved to another device,
+    replaced, written in place (load_state_dict included) or after
+    set_cpu_backend. The packed copy is not a buffer: state_dict holds the
+    int8 weight only, as it always has. Under torch.compile the packed
+    weight is used as it is when tracing (no change is looked for); a
+    module never packed before compiling (no forward, no .to()) runs
+    scaled_mm on the unpacked weight there, with the same bits. pack()
+    packs it by hand.
     """
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor,
@@ -378,6 +394,8 @@ class ScaledMMLinear(torch.nn.Module):
         if self.input_zero_point is not None and self.input_scale is None:
             raise ValueError("ScaledMMLinear: input_zero_point needs input_scale (static activations)")
         self.symmetric = bool(symmetric) if input_scale is None else input_zero_point is None
+        self._packed = None        # PackedB of weight, or None
+        self._packed_key = None    # _weight_key() when _packed was made
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, symmetric: bool = True,
@@ -410,12 +428,66 @@ class ScaledMMLinear(torch.nn.Module):
             "symmetric" if self.symmetric else "asymmetric",
             "per-channel" if self.weight_scale.numel() > 1 or self.out_features == 1 else "per-tensor")
 
+    def _weight_key(self):
+        """What the packed weight depends on: the weight's device, address
+        and version counter (bumped by in-place writes), and the CPU
+        backend's setting."""
+        w = self.weight
+        try:
+            version = w._version
+        except RuntimeError:   # an inference tensor (made under torch.inference_mode)
+            version = None
+        return (w.device, w.data_ptr(), version, _backend_generation)
+
+    def pack(self) -> Optional[PackedB]:
+        """Packs the weight for its device now (pack_b) and keeps the
+        PackedB for forward; returns it. A weight on a device the ops do
+        not run on (e.g. meta) is not packed: returns None. Raises what
+        pack_b raises."""
+        key = self._weight_key()
+        if key[0].type not in ("cpu", "cuda"):
+            self._packed, self._packed_key = None, None
+            return None
+        self._packed = None   # the old packed copy is freed before the new one is made
+        self._packed = ops.pack_b(self.weight)
+        self._packed_key = key
+        return self._packed
+
+    def _apply(self, fn, recurse=True):
+        """Module._apply (.to(), .cuda(), .cpu(), ...), then packs the
+        weight again if it has changed (a weight not on CPU or CUDA is left
+        unpacked)."""
+        result = super()._apply(fn, recurse)
+        if self._packed_key != self._weight_key():
+            self.pack()
+        return result
+
+    def __getstate__(self):
+        """The module's state for pickle and copy.deepcopy, without the
+        packed weight (not picklable); the copy packs its own."""
+        state = self.__dict__.copy()
+        state["_packed"], state["_packed_key"] = None, None
+        return state
+
+    def __setstate__(self, state):
+        """Restores a pickled or copied module (one pickled before packing
+        existed included); its weight is packed again when first used."""
+        super().__setstate__(state)
+        self.__dict__.setdefault("_packed", None)
+        self.__dict__.setdefault("_packed_key", None)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        packed = self._packed
+        if not torch.compiler.is_compiling() and self._packed_key != self._weight_key():
+            packed = self.pack()
         q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
         azp = None if self.symmetric else z
-        y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
+        if packed is None:   # weight not packed (see the class's docstring): the same bits
+            y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
+        else:
+            y = ops.scaled_mm_packed(q, packed, s, self.weight_scale, x.dtype, self.bias, azp)
         return y.reshape(*lead, self.out_features)
 
 
