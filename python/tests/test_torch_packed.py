@@ -331,6 +331,28 @@ def test_packed_not_picklable(rng):
 
 
 # ---------------------------------------------------------------------- #
+# opcheck                                                                 #
+# ---------------------------------------------------------------------- #
+def test_opcheck_packed(rng):
+    """torch.library.opcheck's fake-kernel and autograd-registration checks
+    on the packed ops. Its test_schema and test_aot_dispatch_dynamic cannot
+    take a TorchScript object argument (they call len() and == on it), so
+    they are left out; torch.compile is tested below."""
+    utils = ("test_autograd_registration", "test_faketensor")
+    for epi, dt in [(("tensor", "tensor", False, None), torch.float32),
+                    (("token", "channel", True, "token"), torch.bfloat16),
+                    (("tensor", "channel", False, "tensor"), torch.float16)]:
+        t = torch_problem(make_problem(rng, 7, 9, 33, *epi))
+        pb = smt.pack_b(t["b"])
+        args = (t["a"], pb, t["scale_a"], t["scale_b"])
+        torch.library.opcheck(ops.scaled_mm_packed.default, args + (dt, t["bias"], t["azp"]),
+                              test_utils=utils)
+        out = torch.empty(7, 9, dtype=dt)
+        torch.library.opcheck(ops.scaled_mm_packed_out.default,
+                              args + (t["bias"], t["azp"], out), test_utils=utils)
+
+
+# ---------------------------------------------------------------------- #
 # torch.compile                                                           #
 # ---------------------------------------------------------------------- #
 class PackedModule(torch.nn.Module):
