@@ -133,6 +133,10 @@ def _quantize_fake(x, scale=None, azp=None, symmetric=True):
 
 @torch.library.register_fake("scaledmm::scaled_mm_packed")
 def _scaled_mm_packed_fake(a, b, scale_a, scale_b, out_dtype, bias=None, azp=None):
+    """scaled_mm_packed's shapes: a int8 [M, K] and b (a PackedB, or its fake
+    object) of K columns on a's device -> an empty [M, b.n()] of out_dtype
+    on a's device. Raises (torch._check) when a is not int8 2-D, K differs
+    or the devices differ."""
     torch._check(a.dim() == 2, lambda: "scaledmm.scaled_mm_packed: a must be 2-D")
     torch._check(a.dtype == torch.int8, lambda: "scaledmm.scaled_mm_packed: a must be int8")
     torch._check(a.shape[1] == b.k(), lambda: "scaledmm.scaled_mm_packed: K of a differs from b's")
@@ -144,6 +148,7 @@ def _scaled_mm_packed_fake(a, b, scale_a, scale_b, out_dtype, bias=None, azp=Non
 
 @torch.library.register_fake("scaledmm::scaled_mm_packed_out")
 def _scaled_mm_packed_out_fake(a, b, scale_a, scale_b, bias, azp, out):
+    """scaled_mm_packed_out writes out in place and returns nothing."""
     return None
 
 
@@ -154,6 +159,8 @@ class _FakePackedB:
     packed data. Methods as the real class's."""
 
     def __init__(self, n: int, k: int, format: str, device: str, backend: str):
+        """n, k: the weight's [N, K]; format, device, backend: as the real
+        object's methods return them."""
         self._n, self._k, self._format, self._device, self._backend = n, k, format, device, backend
 
     @classmethod
@@ -162,18 +169,23 @@ class _FakePackedB:
         return cls(**dict(flattened))
 
     def n(self) -> int:
+        """N, the packed weight's rows (output features)."""
         return self._n
 
     def k(self) -> int:
+        """K, the packed weight's columns (input features)."""
         return self._k
 
     def format(self) -> str:
+        """The packed layout (smm_packed_b_format)."""
         return self._format
 
     def device(self) -> str:
+        """The device packed for: "cpu" or "cuda:N"."""
         return self._device
 
     def backend(self) -> str:
+        """The library backend packed for ("cpu", "reference", "cuda", "rocm")."""
         return self._backend
 
 

@@ -225,6 +225,8 @@ def test_compile_cuda(rng):
 # weights packed once (pack_b, scaled_mm_packed)                          #
 # ---------------------------------------------------------------------- #
 def call_packed(t, pb, dt, out=None):
+    """scaled_mm_packed of tensor problem t with PackedB pb (out dtype dt),
+    or scaled_mm_packed_out into out."""
     if out is None:
         return ops.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"], dt, t["bias"], t["azp"])
     ops.scaled_mm_packed_out(t["a"], pb, t["scale_a"], t["scale_b"], t["bias"], t["azp"], out)

@@ -377,6 +377,7 @@ def test_compile_packed_module(rng, packed_first):
         graphs = []
 
         def backend(gm, example_inputs):
+            """Keeps the graph, runs it as traced."""
             graphs.append(gm)
             return gm.forward
 

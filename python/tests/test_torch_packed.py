@@ -31,14 +31,17 @@ def tbits(t):
 
 
 def torch_problem(p, device="cpu"):
+    """The NumPy problem p (helpers.make_problem) as tensors on device."""
     return {k: to_torch(v, device) for k, v in p.items()}
 
 
 def same_bits(got, want):
+    """Same dtype, shape and bytes (torch.equal on the bytes)."""
     return got.dtype == want.dtype and got.shape == want.shape and torch.equal(tbits(got), tbits(want))
 
 
 def unpacked(t, dt):
+    """scaled_mm of tensor problem t with the int8 weight t["b"], out dtype dt."""
     return ops.scaled_mm(t["a"], t["b"], t["scale_a"], t["scale_b"], dt, t["bias"], t["azp"])
 
 
@@ -159,12 +162,14 @@ M, N, K = 5, 6, 7
 
 
 def valid(rng):
+    """A valid [M, K] x [N, K] tensor problem, its weight packed as t["pb"]."""
     t = torch_problem(make_problem(rng, M, N, K, "token", "channel", True, "token"))
     t["pb"] = smt.pack_b(t["b"])
     return t
 
 
 def ttransposed(x):
+    """x's values in a column-major (transposed) layout."""
     return x.t().contiguous().t()
 
 
@@ -359,12 +364,15 @@ class PackedModule(torch.nn.Module):
     """quantize_i8 + scaled_mm_packed on a PackedB held as an attribute."""
 
     def __init__(self, w, ws, bias):
+        """w int8 [N, K] (packed here), ws float32 [N], bias float32 [N]."""
         super().__init__()
         self.register_buffer("ws", ws)
         self.register_buffer("bias", bias)
         self.pb = smt.pack_b(w)
 
     def forward(self, x):
+        """x float32 [M, K] -> (bfloat16 [M, N] with bias and zero points,
+        float16 [M, N] through the out variant)."""
         q, s, z = ops.quantize_i8(x, None, None, False)
         y = ops.scaled_mm_packed(q, self.pb, s, self.ws, torch.bfloat16, self.bias, z)
         out = torch.empty(x.shape[0], self.pb.n(), dtype=torch.float16)
@@ -380,6 +388,7 @@ def test_compile_fullgraph_packed(rng, backend):
     from torch._dynamo.testing import CompileCounterWithBackend
 
     def make():
+        """A PackedModule of random weights."""
         w = to_torch(rand_i8(rng, (13, 40)))
         ws = to_torch(rng.uniform(0.001, 0.01, 13).astype(np.float32))
         return PackedModule(w, ws, to_torch(rand_floats(rng, (13,))))
@@ -392,6 +401,7 @@ def test_compile_fullgraph_packed(rng, backend):
     graphs = []
 
     def recording(gm, example_inputs):
+        """The counting backend, keeping each graph."""
         graphs.append(gm)
         return counter(gm, example_inputs)
 
