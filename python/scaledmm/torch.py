@@ -6,6 +6,14 @@ Importing this module makes the operators available as torch.ops.scaledmm.*:
     scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out) -> ()
     gemm_s8s8s32(a, b) -> Tensor
     quantize_i8(x, scale=None, azp=None, symmetric=True) -> (q, scale, azp)
+    pack_b(weight) -> PackedB
+    scaled_mm_packed(a, b: PackedB, scale_a, scale_b, out_dtype, bias=None, azp=None) -> Tensor
+    scaled_mm_packed_out(a, b: PackedB, scale_a, scale_b, bias, azp, out) -> ()
+
+PackedB (torch.classes.scaledmm.PackedB, a TorchScript custom class) is a
+weight packed once for the library's kernels on one device (see pack_b);
+scaled_mm_packed gives the bits of scaled_mm with the unpacked weight, and
+skips the packing work scaled_mm redoes on every call.
 
 They are C++ operators registered with torch's dispatcher, compiled against
 the installed torch the first time this module is imported (about a minute,
@@ -30,6 +38,7 @@ argument, and nothing is written.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -122,16 +131,97 @@ def _quantize_fake(x, scale=None, azp=None, symmetric=True):
     return q, s, z
 
 
+@torch.library.register_fake("scaledmm::scaled_mm_packed")
+def _scaled_mm_packed_fake(a, b, scale_a, scale_b, out_dtype, bias=None, azp=None):
+    """scaled_mm_packed's shapes: a int8 [M, K] and b (a PackedB, or its fake
+    object) of K columns on a's device -> an empty [M, b.n()] of out_dtype
+    on a's device. Raises (torch._check) when a is not int8 2-D, K differs
+    or the devices differ."""
+    torch._check(a.dim() == 2, lambda: "scaledmm.scaled_mm_packed: a must be 2-D")
+    torch._check(a.dtype == torch.int8, lambda: "scaledmm.scaled_mm_packed: a must be int8")
+    torch._check(a.shape[1] == b.k(), lambda: "scaledmm.scaled_mm_packed: K of a differs from b's")
+    if a.device.type != "meta":
+        torch._check(str(a.device) == b.device(), lambda: "scaledmm.scaled_mm_packed: b was "
+                     "packed for %s but a is on %s" % (b.device(), a.device))
+    return a.new_empty((a.shape[0], b.n()), dtype=out_dtype)
+
+
+@torch.library.register_fake("scaledmm::scaled_mm_packed_out")
+def _scaled_mm_packed_out_fake(a, b, scale_a, scale_b, bias, azp, out):
+    """scaled_mm_packed_out writes out in place and returns nothing."""
+    return None
+
+
+@torch._library.register_fake_class("scaledmm::PackedB")
+class _FakePackedB:
+    """What torch.compile sees of a PackedB while tracing: its flattened
+    state (PackedB.__obj_flatten__: n, k, format, device, backend), no
+    packed data. Methods as the real class's."""
+
+    def __init__(self, n: int, k: int, format: str, device: str, backend: str):
+        """n, k: the weight's [N, K]; format, device, backend: as the real
+        object's methods return them."""
+        self._n, self._k, self._format, self._device, self._backend = n, k, format, device, backend
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened):
+        """The fake object of a real one's __obj_flatten__() pairs."""
+        return cls(**dict(flattened))
+
+    def n(self) -> int:
+        """N, the packed weight's rows (output features)."""
+        return self._n
+
+    def k(self) -> int:
+        """K, the packed weight's columns (input features)."""
+        return self._k
+
+    def format(self) -> str:
+        """The packed layout (smm_packed_b_format)."""
+        return self._format
+
+    def device(self) -> str:
+        """The device packed for: "cpu" or "cuda:N"."""
+        return self._device
+
+    def backend(self) -> str:
+        """The library backend packed for ("cpu", "reference", "cuda", "rocm")."""
+        return self._backend
+
+
+class _PackedBDeepcopyNote(logging.Filter):
+    """Drops torch's warning that a PackedB cannot be deep-copied, logged
+    each time torch.compile makes its fake object. PackedB has no mutating
+    method, so the tracer's fallback (keeping the object itself rather
+    than a copy) is safe; copying it would duplicate the packed weight."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str)
+                    and record.msg.startswith("Unable to deepcopy the custom object")
+                    and any("scaledmm.PackedB" in str(a) for a in (record.args or ())))
+
+
+logging.getLogger("torch._library.fake_class_registry").addFilter(_PackedBDeepcopyNote())
+
+
 # ---------------------------------------------------------------------- #
 # Python conveniences                                                     #
 # ---------------------------------------------------------------------- #
+_backend_generation = 0   # set_cpu_backend calls so far (ScaledMMLinear repacks on a change)
+
+
 def set_cpu_backend(name: str) -> None:
     """Which library backend runs the ops on CPU tensors: "cpu" (default,
     the blocked OpenMP kernels) or "reference" (the scalar reference). The
-    results are the same bits; the reference is slow and meant for tests."""
+    results are the same bits; the reference is slow and meant for tests.
+    A PackedB made before the change can no longer be used on CPU tensors
+    (scaled_mm_packed raises ValueError); ScaledMMLinear packs its weight
+    again. Raises ValueError for another name."""
+    global _backend_generation
     code = _core.backend_from_name(name)
     gpu = _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA
     ops._set_backends(code, gpu)
+    _backend_generation += 1
 
 
 def set_num_threads(n: int) -> None:
@@ -161,6 +251,57 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         ops.scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out)
         return out
     return ops.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp)
+
+
+PackedB = torch.ScriptObject   # the type of pack_b's result (torch.classes.scaledmm.PackedB)
+
+
+def pack_b(weight: torch.Tensor) -> PackedB:
+    """Packs a weight once for scaled_mm_packed (smm_pack_b).
+
+    weight: int8 [N, K] (a checkpoint's [out_features, in_features]), on a
+    CPU or CUDA device; its rows may be strided, its last dimension must be
+    contiguous. Returns a torch.classes.scaledmm.PackedB holding a packed
+    copy (independent of weight, which may then change or be freed) in the
+    layout the kernels of weight's device compute from: on CPU that of the
+    library's CPU level (about 1 to 3 bytes per element of the weight), on
+    a GPU a device copy of the rows. Its methods: n(), k(), format() (the
+    packed layout, e.g. "cpu avx512_vnni int8 panels 16 rows x k4 +
+    colsums"), device() ("cpu" or "cuda:N", the device it may be used on)
+    and backend() (the library backend it was packed for). It cannot be
+    pickled or deep-copied; repack the weight instead.
+    On CUDA, packing waits for the device and must not run while a CUDA
+    graph is being captured. Raises TypeError (weight not int8),
+    ValueError (not 2-D, last dimension not contiguous), NotImplementedError
+    (a device other than CPU and CUDA, e.g. meta) or RuntimeError (the
+    library's error, e.g. out of memory).
+    """
+    return ops.pack_b(weight)
+
+
+def scaled_mm_packed(a: torch.Tensor, b: PackedB, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                     out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
+                     azp: Optional[torch.Tensor] = None,
+                     out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """scaled_mm with the weight packed by pack_b: the same bits as
+    scaled_mm(a, weight, ...), without the per-call packing work.
+
+    a: int8 [M, K] (rows may be strided, last dimension contiguous) on the
+    device b was packed for (b.device()); b: a PackedB of a weight [N, K];
+    scale_a: float32, 1 or M elements; scale_b: float32, 1 or N; bias:
+    float32 [N] or None; azp: int32, 1 or M elements, or None; out_dtype:
+    torch.float32, float16 or bfloat16; out: an [M, N] tensor of that dtype
+    to write into (last dimension contiguous). Returns the [M, N] result.
+    Raises TypeError (a dtype), ValueError (a shape, K differing from b's,
+    a on another device than b, b packed for another backend than the one
+    now set for that device, a tensor that is not contiguous where needed)
+    or RuntimeError (the library's errors, e.g. out overlapping an input);
+    nothing is written then.
+    """
+    if out is not None:
+        ops.scaled_mm_packed_out(a, b, scale_a, scale_b, bias, azp, out)
+        return out
+    return ops.scaled_mm_packed(a, b, scale_a, scale_b, out_dtype, bias, azp)
 
 
 def gemm_s8s8s32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -221,9 +362,20 @@ class ScaledMMLinear(torch.nn.Module):
     forward(x): x float32 / float16 / bfloat16 [..., K]. The activations
     are quantized (quantize_i8: dynamic per-token, or static per-tensor),
     multiplied by the int8 weights with the scales and the bias in the
-    fused epilogue (scaled_mm, out_dtype = x.dtype). Every output bit is
-    the numerics contract's, so a row's result does not depend on the
-    other rows of the batch. Returns [..., N] of x.dtype.
+    fused epilogue (scaled_mm_packed, out_dtype = x.dtype). Every output
+    bit is the numerics contract's, so a row's result does not depend on
+    the other rows of the batch. Returns [..., N] of x.dtype.
+
+    Packed weight: the weight is packed once (pack_b) for its device, by
+    .to() / .cuda() / .cpu() (any Module._apply) or by the first forward,
+    and packed again when it has changed since: moved to another device,
+    replaced, written in place (load_state_dict included) or after
+    set_cpu_backend. The packed copy is not a buffer: state_dict holds the
+    int8 weight only, as it always has. Under torch.compile the packed
+    weight is used as it is when tracing (no change is looked for); a
+    module never packed before compiling (no forward, no .to()) runs
+    scaled_mm on the unpacked weight there, with the same bits. pack()
+    packs it by hand.
     """
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor,
@@ -254,6 +406,8 @@ class ScaledMMLinear(torch.nn.Module):
         if self.input_zero_point is not None and self.input_scale is None:
             raise ValueError("ScaledMMLinear: input_zero_point needs input_scale (static activations)")
         self.symmetric = bool(symmetric) if input_scale is None else input_zero_point is None
+        self._packed = None        # PackedB of weight, or None
+        self._packed_key = None    # _weight_key() when _packed was made
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, symmetric: bool = True,
@@ -286,12 +440,66 @@ class ScaledMMLinear(torch.nn.Module):
             "symmetric" if self.symmetric else "asymmetric",
             "per-channel" if self.weight_scale.numel() > 1 or self.out_features == 1 else "per-tensor")
 
+    def _weight_key(self):
+        """What the packed weight depends on: the weight's device, address
+        and version counter (bumped by in-place writes), and the CPU
+        backend's setting."""
+        w = self.weight
+        try:
+            version = w._version
+        except RuntimeError:   # an inference tensor (made under torch.inference_mode)
+            version = None
+        return (w.device, w.data_ptr(), version, _backend_generation)
+
+    def pack(self) -> Optional[PackedB]:
+        """Packs the weight for its device now (pack_b) and keeps the
+        PackedB for forward; returns it. A weight on a device the ops do
+        not run on (e.g. meta) is not packed: returns None. Raises what
+        pack_b raises."""
+        key = self._weight_key()
+        if key[0].type not in ("cpu", "cuda"):
+            self._packed, self._packed_key = None, None
+            return None
+        self._packed = None   # the old packed copy is freed before the new one is made
+        self._packed = ops.pack_b(self.weight)
+        self._packed_key = key
+        return self._packed
+
+    def _apply(self, fn, recurse=True):
+        """Module._apply (.to(), .cuda(), .cpu(), ...), then packs the
+        weight again if it has changed (a weight not on CPU or CUDA is left
+        unpacked)."""
+        result = super()._apply(fn, recurse)
+        if self._packed_key != self._weight_key():
+            self.pack()
+        return result
+
+    def __getstate__(self):
+        """The module's state for pickle and copy.deepcopy, without the
+        packed weight (not picklable); the copy packs its own."""
+        state = self.__dict__.copy()
+        state["_packed"], state["_packed_key"] = None, None
+        return state
+
+    def __setstate__(self, state):
+        """Restores a pickled or copied module (one pickled before packing
+        existed included); its weight is packed again when first used."""
+        super().__setstate__(state)
+        self.__dict__.setdefault("_packed", None)
+        self.__dict__.setdefault("_packed_key", None)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        packed = self._packed
+        if not torch.compiler.is_compiling() and self._packed_key != self._weight_key():
+            packed = self.pack()
         q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
         azp = None if self.symmetric else z
-        y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
+        if packed is None:   # weight not packed (see the class's docstring): the same bits
+            y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
+        else:
+            y = ops.scaled_mm_packed(q, packed, s, self.weight_scale, x.dtype, self.bias, azp)
         return y.reshape(*lead, self.out_features)
 
 
@@ -319,5 +527,6 @@ def replace_linear(model: torch.nn.Module,
     return [name for name, _ in targets]
 
 
-__all__ = ["ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "ops", "quantize_i8",
-           "quantize_weight", "replace_linear", "scaled_mm", "set_cpu_backend", "set_num_threads"]
+__all__ = ["PackedB", "ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "ops", "pack_b",
+           "quantize_i8", "quantize_weight", "replace_linear", "scaled_mm", "scaled_mm_packed",
+           "set_cpu_backend", "set_num_threads"]

@@ -222,6 +222,92 @@ def test_compile_cuda(rng):
 
 
 # ---------------------------------------------------------------------- #
+# weights packed once (pack_b, scaled_mm_packed)                          #
+# ---------------------------------------------------------------------- #
+def call_packed(t, pb, dt, out=None):
+    """scaled_mm_packed of tensor problem t with PackedB pb (out dtype dt),
+    or scaled_mm_packed_out into out."""
+    if out is None:
+        return ops.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"], dt, t["bias"], t["azp"])
+    ops.scaled_mm_packed_out(t["a"], pb, t["scale_a"], t["scale_b"], t["bias"], t["azp"], out)
+    return out
+
+
+def test_packed_cuda(rng):
+    """A weight packed on the GPU: the bits of scaled_mm with the unpacked
+    weight and of the reference, over shapes, epilogues and dtypes."""
+    dev = "cuda:%d" % torch.cuda.current_device()
+    for i, (m, n, k) in enumerate(SHAPES + [(1, 4096, 512), (300, 257, 1000), (33, 64, 2100)]):
+        epi = EPILOGUES[i % len(EPILOGUES)]
+        out_dtype = OUT_DTYPES[i % 3]
+        dt = torch_dtype(out_dtype)
+        p = make_problem(rng, m, n, k, *epi)
+        t = torch_problem(p)
+        pb = smt.pack_b(t["b"])
+        assert (pb.n(), pb.k(), pb.device()) == (n, k, dev) and pb.format().startswith("cuda")
+        want = call(t, dt)
+        what = "cuda packed %dx%dx%d %s %s" % (m, n, k, out_dtype, epi_id(epi))
+        assert_bits_equal(to_numpy(want), ref_scaled_mm(p, out_dtype), what + " unpacked")
+        assert_bits_equal(to_numpy(call_packed(t, pb, dt)), to_numpy(want), what)
+        out = torch_poisoned((m, n), dt, DEV)
+        assert_bits_equal(to_numpy(call_packed(t, pb, None, out)), to_numpy(want), what + " out=")
+
+
+def test_packed_device_mismatch(rng):
+    """a on the GPU with a B packed on the CPU, and the reverse: a
+    ValueError naming both devices, out untouched."""
+    dev = "cuda:%d" % torch.cuda.current_device()
+    t = torch_problem(make_problem(rng, 5, 6, 7, "token", "channel", True, "token"))
+    pb_cpu = smt.pack_b(t["b"].cpu())
+    out = torch_poisoned((5, 6), torch.float32, DEV)
+    before = out.clone()
+    with pytest.raises(ValueError, match="b was packed for cpu but a is on %s" % dev):
+        call_packed(t, pb_cpu, None, out)
+    assert torch.equal(tbits(out), tbits(before))
+    pb_gpu = smt.pack_b(t["b"])
+    c = {k: (v.cpu() if v is not None else None) for k, v in t.items()}
+    with pytest.raises(ValueError, match="b was packed for %s but a is on cpu" % dev):
+        call_packed(c, pb_gpu, torch.float32)
+
+
+def test_packed_cuda_graph(rng):
+    """scaled_mm_packed captured in a CUDA graph (the weight packed before
+    the capture) replays with the eager bits."""
+    p = make_problem(rng, 16, 96, 64, "token", "channel", True, "token")
+    t = torch_problem(p)
+    pb = smt.pack_b(t["b"])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call_packed(t, pb, torch.bfloat16)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = call_packed(t, pb, torch.bfloat16)
+    for i in range(3):
+        t["a"].copy_(to_torch(rand_i8(rng, (16, 64)), DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(tbits(static_y), tbits(call(t, torch.bfloat16))), "replay %d" % i
+
+
+def test_module_packed_on_cuda(rng):
+    """ScaledMMLinear.to("cuda") packs its weight there; back on the CPU it
+    packs it again; the outputs stay the same bits."""
+    mod = smt.ScaledMMLinear.from_linear(torch.nn.Linear(48, 40))
+    x = to_torch(rand_floats(rng, (9, 48)))
+    with torch.no_grad():
+        want = mod(x)
+        assert mod._packed.device() == "cpu"
+        mod.to(DEV)
+        assert mod._packed.device().startswith("cuda")
+        assert torch.equal(tbits(mod(x.to(DEV))), tbits(want))
+        mod.cpu()
+        assert mod._packed.device() == "cpu"
+        assert torch.equal(tbits(mod(x)), tbits(want))
+
+
+# ---------------------------------------------------------------------- #
 # devices                                                                 #
 # ---------------------------------------------------------------------- #
 @pytest.mark.parametrize("target", ["b", "scale_a", "scale_b", "bias", "azp", "out"])

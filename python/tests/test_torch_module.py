@@ -236,3 +236,154 @@ def test_module_bad_arguments():
     with pytest.raises(TypeError, match="x"):
         mod(torch.ones(2, 3, dtype=torch.float64))
     assert "in_features=3, out_features=4" in repr(mod)
+
+
+# ---------------------------------------------------------------------- #
+# the packed weight                                                       #
+# ---------------------------------------------------------------------- #
+def unpacked_forward(mod, x):
+    """ScaledMMLinear's forward as it was before the weight was packed:
+    quantize_i8 and scaled_mm on the int8 weight."""
+    ops = torch.ops.scaledmm
+    x2 = x.reshape(-1, mod.in_features)
+    q, s, z = ops.quantize_i8(x2, mod.input_scale, mod.input_zero_point, mod.symmetric)
+    y = ops.scaled_mm(q, mod.weight, s, mod.weight_scale, x.dtype, mod.bias,
+                      None if mod.symmetric else z)
+    return y.reshape(*x.shape[:-1], mod.out_features)
+
+
+def same_bits(got, want):
+    """Same dtype, shape and bytes."""
+    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(
+        to_numpy(got).reshape(-1).view(np.uint8), to_numpy(want).reshape(-1).view(np.uint8))
+
+
+STATE_KEYS = {"dynamic_sym": ["weight", "weight_scale", "bias"],
+              "dynamic_asym": ["weight", "weight_scale", "bias"],
+              "static_sym": ["weight", "weight_scale", "bias", "input_scale"],
+              "static_asym": ["weight", "weight_scale", "bias", "input_scale", "input_zero_point"]}
+
+
+@pytest.mark.parametrize("mode", ACT_MODES)
+@pytest.mark.parametrize("x_dtype", OUT_DTYPES)
+def test_packed_once_same_bits(rng, x_dtype, mode):
+    """The first forward packs the weight, later ones reuse it; outputs are
+    the bits of the unpacked forward; state_dict is unchanged (the int8
+    weight, no packed copy)."""
+    k, n = 70, 33
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n), **act_kwargs(rng, mode))
+    before = {name: t.clone() for name, t in mod.state_dict().items()}
+    assert list(before) == STATE_KEYS[mode]
+    assert mod._packed is None
+    packed = None
+    with torch.no_grad():
+        for shape in [(1, k), (9, k), (2, 3, k), (0, k)]:
+            x = to_torch(cast(rand_floats(rng, shape), x_dtype))
+            got = mod(x)
+            if packed is None:
+                packed = mod._packed
+                assert isinstance(packed, smt.PackedB) and (packed.n(), packed.k()) == (n, k)
+            assert mod._packed is packed, "packed again without a change"
+            assert same_bits(got, unpacked_forward(mod, x)), "%s %s %s" % (x_dtype, mode, shape)
+    after = mod.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[name], t) and after[name].dtype == t.dtype for name, t in before.items())
+    fresh = smt.ScaledMMLinear.from_linear(linear(rng, k, n), **act_kwargs(rng, mode))
+    fresh.load_state_dict(after)
+    x = to_torch(cast(rand_floats(rng, (5, k)), x_dtype))
+    with torch.no_grad():
+        assert same_bits(fresh(x), mod(x)), "a module loaded from the state_dict"
+
+
+def test_packed_follows_weight_changes(rng):
+    """In-place writes, load_state_dict, a new weight tensor and
+    set_cpu_backend each pack the weight again; outputs stay those of the
+    unpacked forward."""
+    k, n = 40, 24
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n), symmetric=False)
+    x = to_torch(rand_floats(rng, (6, k)))
+    with torch.no_grad():
+        first = mod(x)
+        p0 = mod._packed
+        mod.weight.copy_(to_torch(rand_i8(rng, (n, k))))            # in place
+        y = mod(x)
+        assert mod._packed is not p0 and same_bits(y, unpacked_forward(mod, x))
+        assert not same_bits(y, first)
+        other = smt.ScaledMMLinear.from_linear(linear(rng, k, n), symmetric=False)
+        mod.load_state_dict(other.state_dict())                     # load_state_dict
+        assert same_bits(mod(x), other(x)) and same_bits(mod(x), unpacked_forward(other, x))
+        mod.weight = to_torch(rand_i8(rng, (n, k)))                 # a new tensor
+        assert same_bits(mod(x), unpacked_forward(mod, x))
+        try:
+            smt.set_cpu_backend("reference")
+            assert same_bits(mod(x), unpacked_forward(mod, x))
+            assert mod._packed.backend() == "reference"
+        finally:
+            smt.set_cpu_backend("cpu")
+        assert same_bits(mod(x), unpacked_forward(mod, x)) and mod._packed.backend() == "cpu"
+
+
+def test_packed_by_to(rng):
+    """.to(device) packs the weight (before any forward); a conversion that
+    leaves the weight as it is keeps the packed copy; pack() packs by hand;
+    a weight on the meta device is left unpacked."""
+    k, n = 24, 16
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    assert mod._packed is None
+    mod.to("cpu")
+    p0 = mod._packed
+    assert p0 is not None and p0.device() == "cpu"
+    mod.float()
+    mod.to(torch.device("cpu"))
+    assert mod._packed is p0
+    assert mod.pack() is mod._packed and mod._packed is not p0
+    meta = smt.ScaledMMLinear.from_linear(linear(rng, k, n)).to("meta")
+    assert meta._packed is None and meta.pack() is None
+    assert meta(torch.empty(3, k, device="meta")).shape == (3, n)
+
+
+def test_packed_copy_and_pickle(rng):
+    """copy.deepcopy and pickling of a packed module: the copy packs its own
+    weight and gives the same bits."""
+    import copy
+    import io
+
+    k, n = 32, 20
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    x = to_torch(rand_floats(rng, (4, k)))
+    with torch.no_grad():
+        want = mod(x)
+        dup = copy.deepcopy(mod)
+        assert dup._packed is None and same_bits(dup(x), want) and dup._packed is not mod._packed
+        buf = io.BytesIO()
+        torch.save(mod, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        assert loaded._packed is None and same_bits(loaded(x), want)
+
+
+@pytest.mark.parametrize("packed_first", [True, False], ids=["packed", "unpacked"])
+def test_compile_packed_module(rng, packed_first):
+    """torch.compile(fullgraph=True) of ScaledMMLinear: one graph, the eager
+    bits; the graph calls scaled_mm_packed when the weight was packed
+    before compiling, scaled_mm (same bits) when it was not."""
+    k, n = 36, 28
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n), symmetric=False)
+    x = to_torch(rand_floats(rng, (7, k)))
+    with torch.no_grad():
+        want = unpacked_forward(mod, x)
+        if packed_first:
+            mod.pack()
+        graphs = []
+
+        def backend(gm, example_inputs):
+            """Keeps the graph, runs it as traced."""
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        got = torch.compile(mod, fullgraph=True, backend=backend, dynamic=False)(x)
+    assert len(graphs) == 1
+    targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert any("scaled_mm_packed" in t for t in targets) == packed_first, targets
+    assert same_bits(got, want)

@@ -181,6 +181,35 @@ def test_kernel_matches_vllm_cpu_kernel_and_is_batch_invariant(clean, single_ran
         assert yd.dtype == dt
 
 
+@pytest.mark.parametrize("config", CONFIGS, ids=_cid)
+def test_kernel_packs_weight_once(clean, single_rank, config):
+    """process_weights_after_loading packs the weight once (a PackedB on the
+    layer, the int8 weight kept as its parameter); apply_weights gives the
+    bits of scaled_mm on the unpacked weight."""
+    widths, k = (40, 24), 96
+    ours, lo = _make_layer(config, True, widths, k, 3, True)
+    pb = lo._scaledmm_packed
+    assert (pb.n(), pb.k(), pb.device()) == (sum(widths), k, str(lo.weight.device))
+    assert lo.weight.dtype == torch.int8 and tuple(lo.weight.shape) == (sum(widths), k)
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(4)) * 3
+    y = ours.apply_weights(lo, x, lo.bias)
+    assert lo._scaledmm_packed is pb
+    w, ws, i_s, i_zp, _ = ours.kernel._get_layer_params(lo)
+    ops = torch.ops.scaledmm
+    q, s, z = ops.quantize_i8(x, i_s, i_zp, config.input_symmetric)
+    want = ops.scaled_mm(q, w, s, ws, x.dtype, lo._scaledmm_bias,
+                         None if config.input_symmetric else z)
+    assert torch.equal(y.view(torch.int32), want.view(torch.int32))
+    # after set_cpu_backend (the demo's reference run) the unpacked weight serves
+    import scaledmm.torch as smt
+    smt.set_cpu_backend("reference")
+    try:
+        assert torch.equal(ours.apply_weights(lo, x, lo.bias).view(torch.int32),
+                           want.view(torch.int32))
+    finally:
+        smt.set_cpu_backend("cpu")
+
+
 # --------------------------------------------------------------------------- #
 # The real engine (small models, about a minute each)                          #
 # --------------------------------------------------------------------------- #

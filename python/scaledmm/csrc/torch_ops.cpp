@@ -16,9 +16,17 @@
 // OpenMP threads (OMP_NUM_THREADS; fewer on small problems) unless
 // scaledmm.torch.set_num_threads sets a count. Every argument is checked here, before the
 // library checks it again; on any error nothing is written.
+//
+// scaledmm::PackedB (a TorchScript custom class) owns a weight packed once
+// by smm_pack_b, with the context of the weight's device; scaled_mm_packed
+// takes it in place of the int8 weight and gives the same bits. It may be
+// used only on the device and backend it was packed for (checked here, with
+// a message naming both). Its __obj_flatten__ gives torch.compile the state
+// its fake class (scaledmm/torch.py) is rebuilt from.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <scaledmm.h>
@@ -26,6 +34,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <tuple>
 
 namespace {
@@ -168,21 +177,16 @@ Operands operands(const at::Tensor &a, const at::Tensor &b, const char *op)
     return o;
 }
 
-void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
-                    const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
-                    const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+// The epilogue operands (scales, bias, zero points) and the output of an
+// [M, N] problem on a's device, checked, into args; then the call.
+void run_scaled_mm(const at::Tensor &a, const at::Tensor &scale_a, const at::Tensor &scale_b,
+                   const c10::optional<at::Tensor> &bias, const c10::optional<at::Tensor> &azp,
+                   at::Tensor &out, smm_scaled_mm_args &args, const char *op)
 {
-    const Operands o = operands(a, b, op);
-    const int64_t m = o.m, n = o.n, k = o.k;
+    const int64_t m = args.m, n = args.n;
     same_device(a, scale_a, op, "scale_a");
     same_device(a, scale_b, op, "scale_b");
     same_device(a, out, op, "out");
-    smm_scaled_mm_args args{};
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.lda = o.lda;
-    args.ldb = o.ldb;
     args.scale_a_len = vector_len(scale_a, at::kFloat, 1, m, op, "scale_a");
     args.scale_b_len = vector_len(scale_b, at::kFloat, 1, n, op, "scale_b");
     if (bias) {
@@ -200,13 +204,27 @@ void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &
                       ": out has shape ", out.sizes(), "; expected [", m, ", ", n, "]");
     args.ldc = leading_dim(out, out.scalar_type(), op, "out");
     args.a = static_cast<const int8_t *>(a.data_ptr());
-    args.b = static_cast<const int8_t *>(b.data_ptr());
     args.scale_a = scale_a.data_ptr<float>();
     args.scale_b = scale_b.data_ptr<float>();
     args.c = out.data_ptr();
     c10::DeviceGuard guard(a.device());
     smm_context *ctx = context_on(a.device());
     check_status(ctx, smm_scaled_mm(ctx, &args), op);
+}
+
+void scaled_mm_into(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                    const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                    const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+{
+    const Operands o = operands(a, b, op);
+    smm_scaled_mm_args args{};
+    args.m = o.m;
+    args.n = o.n;
+    args.k = o.k;
+    args.lda = o.lda;
+    args.ldb = o.ldb;
+    args.b = static_cast<const int8_t *>(b.data_ptr());
+    run_scaled_mm(a, scale_a, scale_b, bias, azp, out, args, op);
 }
 
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
@@ -226,6 +244,119 @@ void scaled_mm_out(const at::Tensor &a, const at::Tensor &b, const at::Tensor &s
                    const c10::optional<at::Tensor> &azp, at::Tensor out)
 {
     scaled_mm_into(a, b, scale_a, scale_b, bias, azp, out, "scaled_mm_out");
+}
+
+// ---------------------------------------------------------------------- //
+// Prepacked weights                                                        //
+// ---------------------------------------------------------------------- //
+
+// The backend the ops use for tensors on `device` now.
+int backend_for(const c10::Device &device)
+{
+    return device.is_cpu() ? cpu_backend.load(std::memory_order_relaxed)
+                           : gpu_backend.load(std::memory_order_relaxed);
+}
+
+// scaledmm::PackedB: a weight B (int8 [N, K]) packed once by smm_pack_b for
+// one device, on the backend the ops used for that device when it was
+// packed. Immutable; owns the packed copy (freed with the object).
+struct PackedB : torch::CustomClassHolder {
+    smm_packed_b *pb = nullptr;
+    int64_t n = 0, k = 0;
+    std::string format;
+    c10::Device device{c10::kCPU};
+    int backend = SMM_BACKEND_CPU;
+
+    PackedB(smm_packed_b *pb_, const c10::Device &device_, int backend_)
+        : pb(pb_), n(smm_packed_b_n(pb_)), k(smm_packed_b_k(pb_)),
+          format(smm_packed_b_format(pb_)), device(device_), backend(backend_)
+    {
+    }
+    PackedB(const PackedB &) = delete;
+    PackedB &operator=(const PackedB &) = delete;
+    ~PackedB() override
+    {
+        if (device.is_cuda()) {
+            try {   // free device memory with its device current
+                c10::DeviceGuard guard(device);
+                smm_packed_b_destroy(pb);
+                return;
+            } catch (...) {
+            }
+        }
+        smm_packed_b_destroy(pb);
+    }
+};
+
+using PackedBPtr = c10::intrusive_ptr<PackedB>;
+
+// pack_b(weight) -> PackedB: weight int8 [N, K] (rows may be strided, the
+// last dimension contiguous), packed on its device's backend.
+PackedBPtr pack_b(const at::Tensor &weight)
+{
+    const char *op = "pack_b";
+    const int64_t ldb = leading_dim(weight, at::kChar, op, "weight");
+    const c10::Device device = weight.device();
+    c10::DeviceGuard guard(device);
+    smm_context *ctx = context_on(device);
+    smm_packed_b *pb = nullptr;
+    check_status(ctx,
+                 smm_pack_b(ctx, weight.size(0), weight.size(1),
+                            static_cast<const int8_t *>(weight.data_ptr()), ldb, &pb),
+                 op);
+    try {
+        return c10::make_intrusive<PackedB>(pb, device, backend_for(device));
+    } catch (...) {
+        smm_packed_b_destroy(pb);
+        throw;
+    }
+}
+
+void scaled_mm_packed_into(const at::Tensor &a, const PackedBPtr &b, const at::Tensor &scale_a,
+                           const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                           const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+{
+    TORCH_CHECK_VALUE(b, "scaledmm.", op, ": b is None; expected a PackedB from pack_b");
+    smm_scaled_mm_args args{};
+    args.lda = leading_dim(a, at::kChar, op, "a");
+    args.m = a.size(0);
+    args.k = a.size(1);
+    args.n = b->n;
+    TORCH_CHECK_VALUE(b->k == args.k, "scaledmm.", op, ": b was packed from a weight of shape [",
+                      b->n, ", ", b->k, "]; expected [N, ", args.k, "] (K of a)");
+    TORCH_CHECK_VALUE(b->device == a.device(), "scaledmm.", op, ": b was packed for ", b->device,
+                      " but a is on ", a.device(), "; pack the weight on a's device "
+                      "(pack_b(weight.to(a.device)))");
+    const int backend = backend_for(a.device());
+    TORCH_CHECK_VALUE(b->backend == backend, "scaledmm.", op, ": b was packed on backend '",
+                      smm_backend_name(static_cast<smm_backend>(b->backend)), "' but ",
+                      a.device(), " tensors now run on backend '",
+                      smm_backend_name(static_cast<smm_backend>(backend)),
+                      "'; pack the weight again");
+    args.b_packed = b->pb;
+    run_scaled_mm(a, scale_a, scale_b, bias, azp, out, args, op);
+}
+
+at::Tensor scaled_mm_packed(const at::Tensor &a, const PackedBPtr &b, const at::Tensor &scale_a,
+                            const at::Tensor &scale_b, c10::ScalarType out_dtype,
+                            const c10::optional<at::Tensor> &bias,
+                            const c10::optional<at::Tensor> &azp)
+{
+    const char *op = "scaled_mm_packed";
+    float_code(out_dtype, op, "out_dtype");
+    TORCH_CHECK_VALUE(a.dim() == 2, "scaledmm.", op, ": a has ", a.dim(),
+                      " dimensions; expected 2");
+    TORCH_CHECK_VALUE(b, "scaledmm.", op, ": b is None; expected a PackedB from pack_b");
+    at::Tensor out = at::empty({a.size(0), b->n}, a.options().dtype(out_dtype));
+    scaled_mm_packed_into(a, b, scale_a, scale_b, bias, azp, out, op);
+    return out;
+}
+
+void scaled_mm_packed_out(const at::Tensor &a, const PackedBPtr &b, const at::Tensor &scale_a,
+                          const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                          const c10::optional<at::Tensor> &azp, at::Tensor out)
+{
+    scaled_mm_packed_into(a, b, scale_a, scale_b, bias, azp, out, "scaled_mm_packed_out");
 }
 
 at::Tensor gemm_s8s8s32(const at::Tensor &a, const at::Tensor &b)
@@ -324,11 +455,37 @@ int64_t current_stream_handle(c10::Device device)
 
 TORCH_LIBRARY(scaledmm, m)
 {
+    m.class_<PackedB>("PackedB")
+        .def("n", [](const PackedBPtr &self) -> int64_t { return self->n; })
+        .def("k", [](const PackedBPtr &self) -> int64_t { return self->k; })
+        .def("format", [](const PackedBPtr &self) -> std::string { return self->format; })
+        .def("device", [](const PackedBPtr &self) -> std::string { return self->device.str(); })
+        .def("backend", [](const PackedBPtr &self) -> std::string {
+            return smm_backend_name(static_cast<smm_backend>(self->backend));
+        })
+        // The state torch.compile guards on and rebuilds its fake object from
+        // (scaledmm/torch.py registers the fake class).
+        .def("__obj_flatten__", [](const PackedBPtr &self) {
+            return std::make_tuple(
+                std::make_tuple(std::string("n"), self->n),
+                std::make_tuple(std::string("k"), self->k),
+                std::make_tuple(std::string("format"), self->format),
+                std::make_tuple(std::string("device"), self->device.str()),
+                std::make_tuple(std::string("backend"),
+                                std::string(smm_backend_name(
+                                    static_cast<smm_backend>(self->backend)))));
+        });
     m.def("scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType out_dtype, "
           "Tensor? bias=None, Tensor? azp=None) -> Tensor");
     m.def("scaled_mm_out(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
           "Tensor? azp, Tensor(a!) out) -> ()");
     m.def("gemm_s8s8s32(Tensor a, Tensor b) -> Tensor");
+    m.def("pack_b(Tensor weight) -> __torch__.torch.classes.scaledmm.PackedB");
+    m.def("scaled_mm_packed(Tensor a, __torch__.torch.classes.scaledmm.PackedB b, "
+          "Tensor scale_a, Tensor scale_b, ScalarType out_dtype, Tensor? bias=None, "
+          "Tensor? azp=None) -> Tensor");
+    m.def("scaled_mm_packed_out(Tensor a, __torch__.torch.classes.scaledmm.PackedB b, "
+          "Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? azp, Tensor(a!) out) -> ()");
     m.def("quantize_i8(Tensor x, Tensor? scale=None, Tensor? azp=None, bool symmetric=True) "
           "-> (Tensor, Tensor, Tensor)");
     m.def("_set_backends(int cpu, int gpu) -> ()", &set_backends);
@@ -338,6 +495,9 @@ TORCH_LIBRARY(scaledmm, m)
 
 TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
 {
+    m.impl("pack_b", &pack_b);
+    m.impl("scaled_mm_packed", &scaled_mm_packed);
+    m.impl("scaled_mm_packed_out", &scaled_mm_packed_out);
     m.impl("scaled_mm", &scaled_mm);
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);
@@ -346,6 +506,9 @@ TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
 
 TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
 {
+    m.impl("pack_b", &pack_b);
+    m.impl("scaled_mm_packed", &scaled_mm_packed);
+    m.impl("scaled_mm_packed_out", &scaled_mm_packed_out);
     m.impl("scaled_mm", &scaled_mm);
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);

@@ -4,15 +4,17 @@ Imported by scaledmm.vllm.install() (the plugin), never by scaledmm itself:
 it needs vLLM. See scaledmm/vllm/__init__.py for when vLLM picks it.
 
 Per layer, process_weights_after_loading lays the checkpoint out once for
-the library: the int8 weight stays [N, K] row-major (the layout
-smm_scaled_mm reads directly; vLLM's own kernels transpose it), scales and
+the library: the int8 weight stays [N, K] row-major (vLLM's own kernels
+transpose it) and is packed once for the kernels of its device
+(torch.ops.scaledmm.pack_b, kept as layer._scaledmm_packed), scales and
 bias become float32 vectors, static activation parameters become one
 float32 scale and one int32 zero point. apply_weights then makes two calls:
 torch.ops.scaledmm.quantize_i8 (vLLM's scaled_quant.cu formulas: dynamic
-per-token, or static per-tensor) and torch.ops.scaledmm.scaled_mm (int32
-accumulation, the zero-point correction -azp * colsum(W) and the fused
-float32 epilogue of vLLM's CUTLASS ScaledEpilogueBias / ...Azp), output in
-the activations' dtype.
+per-token, or static per-tensor) and torch.ops.scaledmm.scaled_mm_packed
+(int32 accumulation, the zero-point correction -azp * colsum(W) and the
+fused float32 epilogue of vLLM's CUTLASS ScaledEpilogueBias / ...Azp; the
+bits of scaled_mm with the unpacked weight), output in the activations'
+dtype.
 """
 from __future__ import annotations
 
@@ -27,15 +29,17 @@ from vllm.platforms import current_platform
 
 _ops = None
 _ops_error: Optional[str] = None
+_smm_torch = None   # scaledmm.torch, once loaded
 
 
 def _load_ops():
     """torch.ops.scaledmm, compiled against this torch on first use (cached)."""
-    global _ops, _ops_error
+    global _ops, _ops_error, _smm_torch
     if _ops is None and _ops_error is None:
         try:
             from .. import torch as smm_torch
             _ops = smm_torch.ops
+            _smm_torch = smm_torch
         except Exception as e:  # no compiler, wrong torch, ...: vLLM picks another kernel
             _ops_error = "%s: %s" % (type(e).__name__, e)
     return _ops
@@ -91,6 +95,13 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
 
     # ------------------------------------------------------------------ #
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        """Lays a loaded layer out for scaledmm, once: weight int8 [N, K]
+        made contiguous and packed (pack_b, on its device) into
+        layer._scaledmm_packed; weight scales float32 [N] or [1]; static
+        input scale float32 [1] and zero point int32 [1] (or None); the
+        bias as float32 [N] in layer._scaledmm_bias. Raises ValueError for
+        a weight that is not int8 [N, K] or scales that do not match it,
+        and what pack_b raises."""
         w_name, ws_name, is_name, zp_name, adj_name = self.layer_param_names
         c = self.config
         weight = getattr(layer, w_name)
@@ -99,6 +110,10 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
                              % (weight.dtype, tuple(weight.shape)))
         n = weight.shape[0]
         _set_param(layer, w_name, weight.data.contiguous())
+        # Packed once, on the weight's device, before any CUDA graph capture;
+        # the int8 weight stays the layer's parameter.
+        layer._scaledmm_packed = _load_ops().pack_b(getattr(layer, w_name))
+        layer._scaledmm_packed_generation = _smm_torch._backend_generation
 
         # Weight scales: [N, 1] channelwise; per-tensor: one per logical
         # partition (fused QKV / gate-up), widened to per-channel only when
@@ -151,6 +166,11 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
 
     def apply_weights(self, layer: torch.nn.Module, x: torch.Tensor,
                       bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """y = layer(x): x float32 / float16 / bfloat16 [..., K] quantized
+        (quantize_i8), multiplied by the packed weight with the scales and
+        bias in the fused epilogue (scaled_mm_packed; scaled_mm on the int8
+        weight, the same bits, after set_cpu_backend changed the backend).
+        Returns [..., N] of x's dtype."""
         ops = _ops
         w, ws, i_s, i_zp, _ = self._get_layer_params(layer)
         k = w.shape[1]
@@ -164,5 +184,9 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
             b32 = layer._scaledmm_bias
         else:
             b32 = bias.to(torch.float32).reshape(-1).contiguous()
-        y = ops.scaled_mm(q, w, s, ws, x.dtype, b32, None if self._symmetric else z)
+        azp = None if self._symmetric else z
+        if layer._scaledmm_packed_generation == _smm_torch._backend_generation:
+            y = ops.scaled_mm_packed(q, layer._scaledmm_packed, s, ws, x.dtype, b32, azp)
+        else:   # set_cpu_backend changed the backend since packing: the same bits unpacked
+            y = ops.scaled_mm(q, w, s, ws, x.dtype, b32, azp)
         return y.reshape(*x.shape[:-1], w.shape[0])
