@@ -143,25 +143,26 @@ typedef struct peak_kernel {
 } peak_kernel;
 
 /* The rank of a CPU kernel level named as SMM_CPU_ISA names it (read as
- * lib/cpu/cpu_backend.c reads it: any case, "c" for scalar; the portable
+ * the library reads it: any case, "c" for scalar): its place in the
+ * library's list of levels, lowest first (smm_cpu_levels); the portable
  * emulations of the VNNI levels use no dot-product instruction, so they
- * rank as scalar), -1 if none. */
+ * rank as scalar. -1 if none. */
 static int level_rank(const char *name)
 {
-    static const char *const levels[] = { "scalar", "avx2", "avx_vnni", "avx512_vnni" };
-    int i;
+    const char *names[32];
+    int n = 0, i;
     if (!name)
         return -1;
-    if (strcasecmp(name, "c") == 0 || strcasecmp(name, "avx_vnni_emulated") == 0 ||
-        strcasecmp(name, "avx512_vnni_emulated") == 0 ||
-        strcasecmp(name, "amx_int8_emulated") == 0)
+    if (strcasecmp(name, "c") == 0)
         return 0;
-    /* The AMX level's figures are still taken against vpdpbusd zmm. */
-    if (strcasecmp(name, "amx_int8") == 0)
-        return 3;
-    for (i = 0; i < 4; i++)
-        if (strcasecmp(name, levels[i]) == 0)
-            return i;
+    if (smm_cpu_levels(SMM_CPU_LEVELS_EMULATED, names, 32, &n) == SMM_OK)
+        for (i = 0; i < n && i < 32; i++)
+            if (strcasecmp(name, names[i]) == 0)
+                return 0;
+    if (smm_cpu_levels(SMM_CPU_LEVELS_ALL, names, 32, &n) == SMM_OK)
+        for (i = 0; i < n && i < 32; i++)
+            if (strcasecmp(name, names[i]) == 0)
+                return i;
     return -1;
 }
 
