@@ -36,6 +36,8 @@
  *           K, and each panel in one call with every row, so that B
  *           streams from memory once, in address order, with no second
  *           pass over it from cache.
+ *       small M, B prepacked, M <= mr (one row block): one K block of
+ *           all of K as well, the general path's calls over np panels.
  *   acc - (128 + z) * colsum -> epilogue (per row, the level's)
  *
  * A prepacked B (smm_cpu_vnni_pack_b) holds B as panels over the whole of
@@ -361,9 +363,11 @@ static void make_plan(vplan *pl, const smm_cpu_vnni_kernels *v, const smm_mm_pro
          * L1 while every row block of A' passes over them, so that B
          * streams from memory once, without pauses. */
         pl->kc = p->b_packed ? SMM_CPU_VNNI_DIRECT_PACKED_KC : SMM_CPU_VNNI_DIRECT_KC;
-        /* One pass: all of K in one block (a panel is then one run of
-         * memory, and the next panel follows it). */
-        if (pl->onepass)
+        /* One pass, or one row block (M <= mr: B is read once whatever
+         * the K block): all of K in one block, so that a panel is one run
+         * of memory that the next panel follows (short K blocks gave the
+         * prefetchers a new stream every few KiB). */
+        if (pl->onepass || (p->b_packed && p->m <= v->mr))
             pl->kc = round_up(max64(pl->k, 1), 4);
     } else {
         pl->mc = balanced_block(pl->m, SMM_CPU_VNNI_MC, v->mr);
