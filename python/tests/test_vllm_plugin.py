@@ -263,3 +263,16 @@ def test_engine_batch_invariance(demo_paths):
     for size, r in runs.items():
         assert r["tokens"] == alone["tokens"], size
         assert r["logprobs"] == alone["logprobs"], size
+
+
+def test_bench_runs(capsys):
+    # python -m scaledmm.vllm.bench, at one small point: the ops it races
+    # still exist, and packed and raw weights give the same bits (it exits
+    # otherwise). Timings are the benchmark's business, not this test's.
+    from scaledmm.vllm import bench
+    assert bench.main(["--m", "1,3", "--shapes", "o", "--reps", "1", "--budget", "0",
+                       "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "onednn ms" in out and "min ratio" in out
+    rows = [l for l in out.splitlines() if l.startswith("o ")]
+    assert [l.split()[1] for l in rows] == ["1", "3"]
