@@ -485,7 +485,7 @@ typedef struct smm_scaled_mm_args {
  * whose byte count overflows; with b_packed: b also set, b_packed's n or k
  * not those of the problem, or a packed format this context cannot use),
  * SMM_ERR_OVERLAP (C's footprint intersects A, B, scale_a, scale_b, bias,
- * azp, or b_packed's buffer), SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED,
+ * azp, or b_packed's buffer or handle), SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED,
  * SMM_ERR_DEVICE. The b_packed checks are made even when M or N is 0.
  * On a GPU context, and on an AUTO context with a GPU, also
  * SMM_ERR_INVALID_ARG for pointers in memory the call cannot run on
@@ -579,7 +579,7 @@ SMM_API const char *smm_packed_b_format(const smm_packed_b *pb);
  * smm_scaled_mm without the epilogue.
  * Errors (nothing written): as smm_gemm_s8s8s32, plus SMM_ERR_INVALID_ARG
  * when pb is NULL, pb's n or k differ from n and k, or ctx cannot use pb's
- * format; SMM_ERR_OVERLAP when C intersects pb's buffer.
+ * format; SMM_ERR_OVERLAP when C intersects pb's buffer or handle.
  */
 SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t n, int64_t k,
                                            const int8_t *a, int64_t lda,
@@ -697,9 +697,10 @@ typedef struct smm_linear_args {
  * x_azp, for x_azp set with dynamic mode and asymmetric 0, and for q,
  * x_scale or x_azp NULL where a GPU runs the call (above);
  * SMM_ERR_OVERLAP when an output (c, q, a dynamic x_scale or x_azp)
- * intersects an input (x, b, b_packed's buffer, scale_b, bias, a static
- * x_scale or x_azp) or another output; SMM_ERR_NO_MEMORY (the working
- * memory for q, x_scale, x_azp not given), SMM_ERR_UNSUPPORTED,
+ * intersects an input (x, b, b_packed's buffer or handle, scale_b, bias, a
+ * static x_scale or x_azp) or another output; SMM_ERR_NO_MEMORY (the
+ * working memory for q, x_scale, x_azp not given, allocated only once
+ * every check has passed), SMM_ERR_UNSUPPORTED,
  * SMM_ERR_DEVICE. Pointers are checked as for smm_scaled_mm.
  */
 SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args);

@@ -484,41 +484,40 @@ SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args)
                                  who, missing);
     }
 
-    /* Working memory (host contexts) for what the caller does not take. */
+    /* Working memory (host contexts) for what the caller does not take:
+     * sized here, checked below under the stand-in address SMM_WORKSPACE,
+     * allocated once the whole call is known to be valid. */
     int8_t *q = l->q;
     int64_t ldq = l->ldq;
     float *scale = l->x_scale;
     int32_t *azp = l->x_azp;
-    void *ws = NULL;
+    size_t qbytes = 0, nscale = 0, nazp = 0, wsbytes = 0;
     if (live && !is_gpu(t)) {
-        size_t qbytes = 0, nscale = dynamic && !scale ? (size_t)l->m : 0,
-               nazp = dynamic && asym && !azp ? (size_t)l->m : 0;
+        nscale = dynamic && !scale ? (size_t)l->m : 0;
+        nazp = dynamic && asym && !azp ? (size_t)l->m : 0;
         if (l->k > 0 && !q &&
             (__builtin_mul_overflow((size_t)l->m, (size_t)l->k, &qbytes) || qbytes > SIZE_MAX / 2))
             return smm_set_error(t, SMM_ERR_INVALID_ARG,
-                                 "%s: the byte size of q (m %" PRId64 " x k %" PRId64 ") overflows",
-                                 who, l->m, l->k);
+                                 "%s: q is NULL and the working memory for it (m %" PRId64
+                                 " x k %" PRId64 " bytes) overflows", who, l->m, l->k);
         qbytes = (qbytes + 63) & ~(size_t)63;
-        if (qbytes + nscale + nazp > 0) {
-            ws = smm_host_alloc(t, qbytes + 4 * (nscale + nazp), 64);
-            if (!ws)
-                return smm_set_error(t, SMM_ERR_NO_MEMORY,
-                                     "%s: out of memory (%zu bytes of working memory)", who,
-                                     qbytes + 4 * (nscale + nazp));
-            unsigned char *w = ws;
-            if (qbytes) {
-                q = (int8_t *)w;
-                ldq = l->k;
-            }
-            if (nscale)
-                scale = (float *)(w + qbytes);
-            if (nazp)
-                azp = (int32_t *)(w + qbytes + 4 * nscale);
+        if (nscale + nazp > (SIZE_MAX / 2 - qbytes) / 4)
+            return smm_set_error(t, SMM_ERR_INVALID_ARG,
+                                 "%s: the working memory for the scales and zero points of m %"
+                                 PRId64 " rows overflows", who, l->m);
+        wsbytes = qbytes + 4 * (nscale + nazp);
+        if (qbytes) {
+            q = SMM_WORKSPACE;
+            ldq = l->k;
         }
+        if (nscale)
+            scale = SMM_WORKSPACE;
+        if (nazp)
+            azp = SMM_WORKSPACE;
     }
 
     /* The two calls' arguments. */
-    const smm_quantize_args qa = {
+    smm_quantize_args qa = {
         .m = l->m, .k = l->k,
         .x = l->x, .x_dtype = l->x_dtype, .ldx = l->ldx,
         .q = q, .ldq = ldq,
@@ -539,6 +538,20 @@ SMM_API smm_status smm_linear(smm_context *ctx, const smm_linear_args *args)
     st = smm_check_linear(t, l, &qa, &pa);
     if (st == SMM_OK && !ctx->routed && l->m > 0)
         st = place(ctx, who, ptrs, smm_linear_pointers(l, ptrs), &t);
+    void *ws = NULL;
+    if (st == SMM_OK && wsbytes > 0) {
+        ws = smm_host_alloc(t, wsbytes, 64);
+        if (!ws)
+            return smm_set_error(t, SMM_ERR_NO_MEMORY,
+                                 "%s: out of memory (%zu bytes of working memory)", who, wsbytes);
+        unsigned char *w = ws;
+        if (qbytes)
+            pa.a = qa.q = (int8_t *)w;
+        if (nscale)
+            pa.scale_a = qa.scale = (float *)(w + qbytes);
+        if (nazp)
+            pa.azp = qa.azp = (int32_t *)(w + qbytes + 4 * nscale);
+    }
     if (st == SMM_OK && l->m > 0) {
         if (l->n > 0 && t->ops->linear) {   /* the backend's fused form */
             smm_fpenv env;

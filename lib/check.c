@@ -24,8 +24,12 @@ typedef struct {
     uintptr_t lo, hi;
 } range;
 
+_Alignas(64) const unsigned char smm_workspace_mark[64];
+
 /* Footprint of a rows x cols matrix with leading dimension ld (elements).
- * Returns 0 on overflow of the byte count or of the address range. */
+ * Returns 0 on overflow of the byte count or of the address range. At
+ * SMM_WORKSPACE (memory the call will allocate) the range is empty. */
+
 static int footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int64_t esize,
                      const char *name, range *out)
 {
@@ -43,6 +47,8 @@ static int footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int6
     if (__builtin_mul_overflow(elems, esize, &bytes) || (uint64_t)bytes > SIZE_MAX)
         return 0;
     uintptr_t hi;
+    if (p == SMM_WORKSPACE)   /* memory of the call's own: it overlaps nothing */
+        return 1;
     if (__builtin_add_overflow((uintptr_t)p, (uintptr_t)bytes, &hi))
         return 0;
     out->hi = hi;
@@ -150,11 +156,13 @@ smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw, cons
                  who, p->azp_len, m);
     }
 
-    range in[6], c;
+    range in[7], c;
     int nin = 0;
-    /* A packed B's buffer counts as an input: its size is known. */
+    /* A packed B's buffer counts as an input: its size is known; and so
+     * does its handle, which the call reads too. */
     int ok = footprint(p->a, m, k, p->lda, 1, "a", &in[nin++]) &&
-             (pb ? footprint(pb->mem, 1, (int64_t)pb->bytes, 0, 1, "b_packed", &in[nin++])
+             (pb ? footprint(pb->mem, 1, (int64_t)pb->bytes, 0, 1, "b_packed", &in[nin++]) &&
+                       footprint(pb, 1, (int64_t)sizeof *pb, 0, 1, "b_packed", &in[nin++])
                  : footprint(p->b, n, k, p->ldb, 1, "b", &in[nin++]));
     if (ok && !raw) {
         ok = footprint(p->scale_a, 1, p->scale_a_len, 0, 4, "scale_a", &in[nin++]) &&
@@ -191,6 +199,9 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q, cons
 {
     if (!who)
         who = "smm_quantize_i8";
+    /* smm_linear's callers know the scales and zero points as x_scale, x_azp. */
+    const int lin = strcmp(who, "smm_linear") == 0;
+    const char *sn = lin ? "x_scale" : "scale", *zn = lin ? "x_azp" : "azp";
     if (!q)
         FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
     if (q->m < 0 || q->k < 0)
@@ -210,7 +221,7 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q, cons
     if (k > 0 && !q->q)
         FAIL(SMM_ERR_INVALID_ARG, "%s: q is NULL", who);
     if (!q->scale)
-        FAIL(SMM_ERR_INVALID_ARG, "%s: scale is NULL", who);
+        FAIL(SMM_ERR_INVALID_ARG, "%s: %s is NULL", who, sn);
     if (m > 1 && q->ldx < k)
         FAIL(SMM_ERR_INVALID_ARG, "%s: ldx (%" PRId64 ") < k (%" PRId64 ")", who, q->ldx, k);
     if (m > 1 && q->ldq < k)
@@ -219,7 +230,7 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q, cons
         FAIL(SMM_ERR_INVALID_ARG, "%s: x (%p) is not aligned to its %d-byte elements", who, q->x,
              dtype_size(q->x_dtype));
     if (misaligned(q->scale, 4) || misaligned(q->azp, 4))
-        FAIL(SMM_ERR_INVALID_ARG, "%s: scale or azp is not 4-byte aligned", who);
+        FAIL(SMM_ERR_INVALID_ARG, "%s: %s or %s is not 4-byte aligned", who, sn, zn);
 
     range x, out[3], in_scale, in_azp;
     int64_t per = dynamic ? m : 1;
@@ -227,9 +238,9 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q, cons
         FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of x overflows", who);
     if (!footprint(q->q, m, k, q->ldq, 1, "q", &out[0]))
         FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of q overflows", who);
-    if (!footprint(q->scale, 1, per, 0, 4, "scale", dynamic ? &out[1] : &in_scale) ||
-        !footprint(q->azp, 1, q->azp ? per : 0, 0, 4, "azp", dynamic ? &out[2] : &in_azp))
-        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of scale or azp overflows", who);
+    if (!footprint(q->scale, 1, per, 0, 4, sn, dynamic ? &out[1] : &in_scale) ||
+        !footprint(q->azp, 1, q->azp ? per : 0, 0, 4, zn, dynamic ? &out[2] : &in_azp))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of %s or %s overflows", who, sn, zn);
 
     if (dynamic) {
         /* Outputs q, scale, azp; the one input x. */
@@ -278,7 +289,7 @@ smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
     if (types_ok && l->m > 0 && l->n >= 0 && l->k >= 0) {
         const int dynamic = l->mode == SMM_QUANT_DYNAMIC_PER_TOKEN;
         const int64_t m = l->m, n = l->n, k = l->k, per = dynamic ? m : 1;
-        range x, c, act[3], ins[3];
+        range x, c, act[3], ins[4];
         int nin = 0;
         opt_footprint(l->x, m, k, l->ldx, dtype_size(l->x_dtype), "x", &x);
         opt_footprint(l->q, m, k, l->ldq, 1, "q", &act[0]);
@@ -292,9 +303,10 @@ smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
                 if (intersects(&c, &act[i]))
                     FAIL(SMM_ERR_OVERLAP, "%s: c overlaps %s", who, act[i].name);
             const smm_packed_b *pb = l->b_packed;
-            if (pb)
+            if (pb) {
                 opt_footprint(pb->mem, 1, (int64_t)pb->bytes, 0, 1, "b_packed", &ins[nin++]);
-            else
+                opt_footprint(pb, 1, (int64_t)sizeof *pb, 0, 1, "b_packed", &ins[nin++]);
+            } else
                 opt_footprint(l->b, n, k, l->ldb, 1, "b", &ins[nin++]);
             opt_footprint(l->scale_b, 1, l->scale_b_len, 0, 4, "scale_b", &ins[nin++]);
             opt_footprint(l->bias, 1, l->bias ? n : 0, 0, 4, "bias", &ins[nin++]);

@@ -205,13 +205,18 @@ void smm_fpenv_leave(const smm_fpenv *env) SMM_INTERNAL;
  * scales), raw == 0 an smm_scaled_mm one. */
 smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw,
                         const char *who) SMM_INTERNAL;
+/* A stand-in address for working memory not yet allocated: the checks
+ * take it as a valid, aligned pointer whose bytes overlap nothing. */
+extern const unsigned char smm_workspace_mark[64] SMM_INTERNAL;
+#define SMM_WORKSPACE ((void *)(uintptr_t)smm_workspace_mark)
 /* The public function a problem came from ("smm_scaled_mm", ...), for messages. */
 const char *smm_mm_who(const smm_mm_problem *p, int raw) SMM_INTERNAL;
 smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q,
                               const char *who) SMM_INTERNAL;
 /* smm_linear: both halves (q, p: the arguments of its two calls, with q's
- * outputs pointing at the caller's buffers or at the call's working
- * memory) and the overlaps between them; l as the caller gave it. */
+ * outputs pointing at the caller's buffers or at SMM_WORKSPACE, standing
+ * for the call's working memory, allocated once the checks pass) and the
+ * overlaps between them; l as the caller gave it. */
 smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
                             const smm_quantize_args *q, const smm_mm_problem *p) SMM_INTERNAL;
 /* smm_pack_b's B: sizes, pointer, ldb, footprint. */

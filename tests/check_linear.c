@@ -545,7 +545,7 @@ START_TEST(test_errors)
         {b_asym2, SMM_ERR_INVALID_ARG, "asymmetric (2)"},
         {b_dyn_azp, SMM_ERR_INVALID_ARG, "x_azp is set but asymmetric is 0"},
         {b_static_asym, SMM_ERR_INVALID_ARG, "x_azp, the static zero point, is NULL"},
-        {b_static_scale, SMM_ERR_INVALID_ARG, "scale is NULL"},
+        {b_static_scale, SMM_ERR_INVALID_ARG, "x_scale is NULL"},
         {b_neg_m, SMM_ERR_INVALID_ARG, "negative size"},
         {b_neg_n, SMM_ERR_INVALID_ARG, "negative size"},
         {b_mode, SMM_ERR_INVALID_ARG, "unknown mode"},
@@ -670,6 +670,134 @@ START_TEST(test_no_memory)
 }
 END_TEST
 
+/* The checks come before the working memory: an invalid call makes no
+ * allocation, and reports its error, not an out-of-memory one, even when
+ * the working memory it would have needed could never be allocated. */
+START_TEST(test_checks_before_memory)
+{
+    cf_rng r = tu_rng("checks_before_memory");
+    smm_backend bs[4];
+    int nb = tu_host_backends(bs);
+    for (int b = 0; b < nb; b++) {
+        tu_counting cnt;
+        tu_counting_init(&cnt);
+        smm_allocator al = tu_counting_allocator(&cnt);
+        smm_context *ctx = NULL;
+        ck_assert_int_eq(smm_context_create_with_allocator(&ctx, bs[b], &al), SMM_OK);
+        lcase c;
+        do {
+            make_case(&r, &c);
+            if (c.k > 0)
+                break;
+            free_case(&c);
+        } while (1);
+        c.want_q = 0;
+        c.packed = 0;
+        outs o;
+        outs_alloc(&o, &c);
+        smm_linear_args l = linear_args(&c, &o, NULL);
+        l.c_dtype = SMM_DTYPE_I32;
+        const int64_t before = cnt.calls;
+        ck_assert_int_eq(smm_linear(ctx, &l), SMM_ERR_INVALID_ARG);
+        ck_assert_ptr_nonnull(strstr(smm_context_last_error(ctx), "c_dtype"));
+        ck_assert_int_eq(cnt.calls, before);
+        /* 2^22 x 2^22 activations (16 TiB of working memory for q), x
+         * NULL; N = 0, so that no huge C overlaps the other buffers */
+        l = linear_args(&c, &o, NULL);
+        l.m = l.k = (int64_t)1 << 22;
+        l.n = 0;
+        l.ldx = l.k;
+        l.x = NULL;
+        ck_assert_int_eq(smm_linear(ctx, &l), SMM_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(smm_context_last_error(ctx), "smm_linear: x is NULL"), "%s",
+                      smm_context_last_error(ctx));
+        ck_assert_int_eq(cnt.calls, before);
+        /* Working memory whose size wraps around: q of M bytes fits, the
+         * dynamic scales and zero points of M rows (8 M bytes) do not. */
+        l = linear_args(&c, &o, NULL);
+        l.m = (int64_t)(UINT64_MAX / 9 + 1);
+        l.k = 1;
+        l.n = 0;
+        l.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+        l.asymmetric = 1;
+        l.q = NULL;
+        l.x_scale = NULL;
+        l.x_azp = NULL;
+        ck_assert_int_eq(smm_linear(ctx, &l), SMM_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(smm_context_last_error(ctx), "working memory"), "%s",
+                      smm_context_last_error(ctx));
+        ck_assert_int_eq(cnt.calls, before);
+        ck_assert(gb_untouched(&o.c));
+        smm_context_destroy(ctx);
+        outs_free(&o);
+        free_case(&c);
+    }
+}
+END_TEST
+
+/* The packed B's handle is an input too: an output placed on it is an
+ * overlap, refused with nothing written (smm_linear and smm_scaled_mm). */
+START_TEST(test_output_on_packed_handle)
+{
+    cf_rng r = tu_rng("output_on_packed_handle");
+    smm_backend bs[4];
+    int nb = tu_host_backends(bs);
+    for (int b = 0; b < nb; b++) {
+        smm_context *ctx = tu_ctx(bs[b], 0);
+        lcase c;
+        do {
+            make_case(&r, &c);
+            if (c.n >= 4 && c.k >= 4)
+                break;
+            free_case(&c);
+        } while (1);
+        c.want_q = 1;
+        c.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+        outs o;
+        outs_alloc(&o, &c);
+        /* M = 1, N = K = 4: every output placed on the handle spans 16
+         * bytes at most, inside it, and overlaps nothing else. */
+        smm_packed_b *pb = NULL;
+        ck_assert_int_eq(smm_pack_b(ctx, 4, 4, (const int8_t *)c.b.p, c.k, &pb), SMM_OK);
+        unsigned char head[16];
+        memcpy(head, pb, sizeof head);
+        for (int which = 0; which < 4; which++) {
+            smm_linear_args l = linear_args(&c, &o, pb);
+            l.m = 1;
+            l.n = l.k = l.scale_b_len = 4;
+            smm_status st;
+            if (which == 0) {
+                l.c = pb;
+                st = smm_linear(ctx, &l);
+            } else if (which == 1) {
+                l.q = (int8_t *)pb;
+                l.ldq = l.k;
+                st = smm_linear(ctx, &l);
+            } else if (which == 2) {
+                l.x_scale = (float *)pb;
+                st = smm_linear(ctx, &l);
+            } else {
+                const smm_scaled_mm_args a = {
+                    .m = 1, .n = 4, .k = 4, .a = (const int8_t *)o.q.p, .lda = 4,
+                    .b_packed = pb, .scale_a = (const float *)o.scale.p, .scale_a_len = 1,
+                    .scale_b = (const float *)c.scale_b.p, .scale_b_len = 4,
+                    .c = pb, .ldc = 4, .c_dtype = SMM_DTYPE_F32,
+                };
+                st = smm_scaled_mm(ctx, &a);
+            }
+            ck_assert_msg(st == SMM_ERR_OVERLAP && strstr(smm_context_last_error(ctx), "b_packed"),
+                          "%s, case %d: got %s \"%s\"", smm_backend_name(bs[b]), which,
+                          smm_strerror(st), smm_context_last_error(ctx));
+            ck_assert(memcmp(head, pb, sizeof head) == 0);
+        }
+        smm_packed_b_destroy(pb);
+        outs_free(&o);
+        free_case(&c);
+        smm_context_destroy(ctx);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("linear");
@@ -679,5 +807,7 @@ int main(void)
     tcase_add_test(tc, test_bands);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_no_memory);
+    tcase_add_test(tc, test_checks_before_memory);
+    tcase_add_test(tc, test_output_on_packed_handle);
     return tu_main_gpu(s, "check_linear");
 }
