@@ -147,6 +147,17 @@ static void free_case(lcase *c)
     gb_free(&c->biasv);
 }
 
+/* A random case with M >= min_m, N >= min_n and K >= min_k. */
+static void make_case_min(cf_rng *r, lcase *c, int64_t min_m, int64_t min_n, int64_t min_k)
+{
+    for (;;) {
+        make_case(r, c);
+        if (c->m >= min_m && c->n >= min_n && c->k >= min_k)
+            return;
+        free_case(c);
+    }
+}
+
 /* Outputs of one run: C and the activations' q, scale, azp. */
 typedef struct {
     gbuf c, q, scale, azp;
@@ -573,12 +584,7 @@ START_TEST(test_errors)
         ck_assert_int_eq(smm_linear(NULL, NULL), SMM_ERR_INVALID_ARG);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             lcase c;
-            do {   /* every breaker needs M, N >= 2 and K >= 4 */
-                make_case(&r, &c);
-                if (c.m >= 2 && c.n >= 2 && c.k >= 4)
-                    break;
-                free_case(&c);
-            } while (1);
+            make_case_min(&r, &c, 2, 2, 4);   /* what every breaker needs */
             c.want_q = 1;
             c.packed = 0;
             outs o;
@@ -631,6 +637,26 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* A context on backend whose allocations cnt counts. */
+static smm_context *counting_ctx(smm_backend backend, tu_counting *cnt)
+{
+    tu_counting_init(cnt);
+    smm_allocator al = tu_counting_allocator(cnt);
+    smm_context *ctx = NULL;
+    ck_assert_int_eq(smm_context_create_with_allocator(&ctx, backend, &al), SMM_OK);
+    return ctx;
+}
+
+/* A case with K > 0 whose q (and dynamic scales) the call keeps in its
+ * working memory, raw B, and its outputs. */
+static void make_working_memory_case(cf_rng *r, lcase *c, outs *o)
+{
+    make_case_min(r, c, 0, 0, 1);
+    c->want_q = 0;
+    c->packed = 0;
+    outs_alloc(o, c);
+}
+
 /* The working memory for what the caller does not take: a failed
  * allocation is SMM_ERR_NO_MEMORY with nothing written, and nothing leaks. */
 START_TEST(test_no_memory)
@@ -640,21 +666,10 @@ START_TEST(test_no_memory)
     int nb = tu_host_backends(bs);
     for (int b = 0; b < nb; b++) {
         tu_counting cnt;
-        tu_counting_init(&cnt);
-        smm_allocator al = tu_counting_allocator(&cnt);
-        smm_context *ctx = NULL;
-        ck_assert_int_eq(smm_context_create_with_allocator(&ctx, bs[b], &al), SMM_OK);
+        smm_context *ctx = counting_ctx(bs[b], &cnt);
         lcase c;
-        do {
-            make_case(&r, &c);
-            if (c.k > 0)
-                break;
-            free_case(&c);
-        } while (1);
-        c.want_q = 0;
-        c.packed = 0;
         outs o;
-        outs_alloc(&o, &c);
+        make_working_memory_case(&r, &c, &o);
         smm_linear_args l = linear_args(&c, &o, NULL);
         tu_counting_fail_in(&cnt, 0);
         ck_assert_int_eq(smm_linear(ctx, &l), SMM_ERR_NO_MEMORY);
@@ -680,21 +695,10 @@ START_TEST(test_checks_before_memory)
     int nb = tu_host_backends(bs);
     for (int b = 0; b < nb; b++) {
         tu_counting cnt;
-        tu_counting_init(&cnt);
-        smm_allocator al = tu_counting_allocator(&cnt);
-        smm_context *ctx = NULL;
-        ck_assert_int_eq(smm_context_create_with_allocator(&ctx, bs[b], &al), SMM_OK);
+        smm_context *ctx = counting_ctx(bs[b], &cnt);
         lcase c;
-        do {
-            make_case(&r, &c);
-            if (c.k > 0)
-                break;
-            free_case(&c);
-        } while (1);
-        c.want_q = 0;
-        c.packed = 0;
         outs o;
-        outs_alloc(&o, &c);
+        make_working_memory_case(&r, &c, &o);
         smm_linear_args l = linear_args(&c, &o, NULL);
         l.c_dtype = SMM_DTYPE_I32;
         const int64_t before = cnt.calls;
@@ -745,12 +749,7 @@ START_TEST(test_output_on_packed_handle)
     for (int b = 0; b < nb; b++) {
         smm_context *ctx = tu_ctx(bs[b], 0);
         lcase c;
-        do {
-            make_case(&r, &c);
-            if (c.n >= 4 && c.k >= 4)
-                break;
-            free_case(&c);
-        } while (1);
+        make_case_min(&r, &c, 1, 4, 4);
         c.want_q = 1;
         c.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
         outs o;
