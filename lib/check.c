@@ -29,7 +29,6 @@ _Alignas(64) const unsigned char smm_workspace_mark[64];
 /* Footprint of a rows x cols matrix with leading dimension ld (elements).
  * Returns 0 on overflow of the byte count or of the address range. At
  * SMM_WORKSPACE (memory the call will allocate) the range is empty. */
-
 static int footprint(const void *p, int64_t rows, int64_t cols, int64_t ld, int64_t esize,
                      const char *name, range *out)
 {

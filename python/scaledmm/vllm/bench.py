@@ -21,9 +21,9 @@ dynamic per-token symmetric activations, per-channel weights, output in
 Weights are prepared once per shape (outside the timing) for every kernel,
 in as many copies as take more than twice the last-level cache; the calls
 rotate over them, so that every call reads its weights from memory, as
-decode does in a real model. Each figure is the best of many calls (the kernels take turns, so a busy
-machine slows them alike); ratio = vLLM's time / scaledmm's time (> 1:
-scaledmm faster).
+decode does in a real model. Each figure is the best of many calls (the
+kernels take turns, so a busy machine slows them alike); ratio = vLLM's
+time / scaledmm's time (> 1: scaledmm faster).
 """
 from __future__ import annotations
 
