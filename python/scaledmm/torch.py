@@ -9,11 +9,15 @@ Importing this module makes the operators available as torch.ops.scaledmm.*:
     pack_b(weight) -> PackedB
     scaled_mm_packed(a, b: PackedB, scale_a, scale_b, out_dtype, bias=None, azp=None) -> Tensor
     scaled_mm_packed_out(a, b: PackedB, scale_a, scale_b, bias, azp, out) -> ()
+    linear_packed(x, b: PackedB, scale_b, out_dtype, bias=None, x_scale=None, x_azp=None,
+                  symmetric=True) -> (out, q, scale, azp)
 
 PackedB (torch.classes.scaledmm.PackedB, a TorchScript custom class) is a
 weight packed once for the library's kernels on one device (see pack_b);
 scaled_mm_packed gives the bits of scaled_mm with the unpacked weight, and
-skips the packing work scaled_mm redoes on every call.
+skips the packing work scaled_mm redoes on every call. linear_packed is
+quantize_i8 followed by scaled_mm_packed in one call (smm_linear), with
+the same bits.
 
 They are C++ operators registered with torch's dispatcher, compiled against
 the installed torch the first time this module is imported (about a minute,
@@ -144,6 +148,26 @@ def _scaled_mm_packed_fake(a, b, scale_a, scale_b, out_dtype, bias=None, azp=Non
         torch._check(str(a.device) == b.device(), lambda: "scaledmm.scaled_mm_packed: b was "
                      "packed for %s but a is on %s" % (b.device(), a.device))
     return a.new_empty((a.shape[0], b.n()), dtype=out_dtype)
+
+
+@torch.library.register_fake("scaledmm::linear_packed")
+def _linear_packed_fake(x, b, scale_b, out_dtype, bias=None, x_scale=None, x_azp=None,
+                        symmetric=True):
+    """linear_packed's shapes: x float [M, K] and b (a PackedB, or its fake
+    object) of K columns on x's device -> (out [M, b.n()] of out_dtype,
+    q int8 [M, K], scale, azp) as quantize_i8's fake kernel gives them, all
+    empty, on x's device. Raises (torch._check) when x is not 2-D float,
+    K differs or the devices differ."""
+    torch._check(x.dim() == 2, lambda: "scaledmm.linear_packed: x must be 2-D")
+    torch._check(x.dtype in (torch.float32, torch.float16, torch.bfloat16),
+                 lambda: "scaledmm.linear_packed: x must be float32, float16 or bfloat16")
+    torch._check(x.shape[1] == b.k(), lambda: "scaledmm.linear_packed: K of x differs from b's")
+    if x.device.type != "meta":
+        torch._check(str(x.device) == b.device(), lambda: "scaledmm.linear_packed: b was "
+                     "packed for %s but x is on %s" % (b.device(), x.device))
+    out = x.new_empty((x.shape[0], b.n()), dtype=out_dtype)
+    q, s, z = _quantize_fake(x, x_scale, x_azp, symmetric)
+    return out, q, s, z
 
 
 @torch.library.register_fake("scaledmm::scaled_mm_packed_out")
@@ -302,6 +326,54 @@ def scaled_mm_packed(a: torch.Tensor, b: PackedB, scale_a: torch.Tensor, scale_b
         ops.scaled_mm_packed_out(a, b, scale_a, scale_b, bias, azp, out)
         return out
     return ops.scaled_mm_packed(a, b, scale_a, scale_b, out_dtype, bias, azp)
+
+
+def linear_packed(x: torch.Tensor, b: PackedB, scale_b: torch.Tensor,
+                  out_dtype: Optional[torch.dtype] = None, bias: Optional[torch.Tensor] = None,
+                  x_scale: Optional[torch.Tensor] = None, x_azp: Optional[torch.Tensor] = None,
+                  symmetric: bool = True):
+    """The w8a8 linear layer in one call (smm_linear): quantizes x to int8
+    and multiplies it by the packed weight with the scales and bias in the
+    fused epilogue. Bit for bit the two calls
+
+        q, scale, azp = quantize_i8(x, x_scale, x_azp, symmetric)
+        out = scaled_mm_packed(q, b, scale, scale_b, out_dtype, bias, azp)
+
+    (their out, q, scale and azp), without the int8 activations' round
+    trip through a separate op.
+
+    x: float32, float16 or bfloat16 [M, K] activations, row-major (rows
+    may be strided, the last dimension contiguous), on the device b was
+    packed for (b.device()); b: a PackedB of a weight [N, K] (pack_b);
+    scale_b: float32 weight scales, 1 (per-tensor) or N (per-channel)
+    elements, contiguous; out_dtype: torch.float32, float16 or bfloat16
+    (None: x.dtype); bias: float32 [N] (N elements, contiguous) or None.
+    Activations: x_scale given (float32, 1 element) is static per-tensor
+    quantization, x_azp (int32, 1 element) its zero point (required with
+    symmetric=False); x_scale None is dynamic per-token, one scale per row
+    (amax / 127), or with symmetric=False (max - min) / 255 and a zero point
+    per row. Every tensor on x's device.
+    Returns (out [M, N] of out_dtype, row-major; q int8 [M, K]; scale
+    float32: a copy of x_scale (static) or [M] (dynamic), in the units of
+    x per integer step; azp int32: a copy of x_azp, [M] (dynamic,
+    symmetric=False), or None when the quantization is symmetric). On a GPU
+    the op allocates q, scale and azp with torch (the library allocates
+    no device memory per call) and runs on torch's current stream.
+    Raises TypeError (a dtype: x, scale_b, bias, x_scale, x_azp, out_dtype),
+    ValueError (x not 2-D or its last dimension not contiguous, K differing
+    from b's, scale_b not 1 or N elements, bias not N, x_scale or x_azp not
+    one element, a tensor not contiguous, a tensor on another device than
+    x, b packed for another device or for another backend than the one now
+    set for that device, symmetric=False with x_scale but no x_azp, x_azp
+    without x_scale), NotImplementedError (a device other than CPU, CUDA
+    and meta; meta tensors give empty results of the shapes above) or
+    RuntimeError (the library's errors, e.g. out of memory); nothing is
+    written then.
+    """
+    if out_dtype is None:
+        out_dtype = x.dtype
+    out, q, s, z = ops.linear_packed(x, b, scale_b, out_dtype, bias, x_scale, x_azp, symmetric)
+    return out, q, s, (z if (x_azp is not None or not symmetric) else None)
 
 
 def gemm_s8s8s32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -527,6 +599,7 @@ def replace_linear(model: torch.nn.Module,
     return [name for name, _ in targets]
 
 
-__all__ = ["PackedB", "ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "ops", "pack_b",
+__all__ = ["PackedB", "ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "linear_packed",
+           "ops", "pack_b",
            "quantize_i8", "quantize_weight", "replace_linear", "scaled_mm", "scaled_mm_packed",
            "set_cpu_backend", "set_num_threads"]

@@ -308,6 +308,124 @@ def test_module_packed_on_cuda(rng):
 
 
 # ---------------------------------------------------------------------- #
+# the linear layer in one call (linear_packed)                            #
+# ---------------------------------------------------------------------- #
+LINEAR_QMODES = ["static_sym", "static_asym", "dynamic_sym", "dynamic_asym"]
+
+
+def linear_quant_args(rng, mode, device=DEV):
+    """(x_scale, x_azp, symmetric) of a quantization mode on device."""
+    if mode.startswith("static"):
+        s = torch.tensor([np.float32(2.0 ** rng.uniform(-8, 2))], device=device)
+        z = (torch.tensor([int(rng.integers(-90, 91))], dtype=torch.int32, device=device)
+             if mode == "static_asym" else None)
+        return s, z, mode == "static_sym"
+    return None, None, mode == "dynamic_sym"
+
+
+def linear_two_calls(x, pb, sb, dt, bias, xs, xz, sym):
+    """quantize_i8 then scaled_mm_packed: (out, q, scale, azp)."""
+    q, s, z = ops.quantize_i8(x, xs, xz, sym)
+    return ops.scaled_mm_packed(q, pb, s, sb, dt, bias, z if z.numel() else None), q, s, z
+
+
+@pytest.mark.parametrize("mode", LINEAR_QMODES)
+@pytest.mark.parametrize("x_dtype", OUT_DTYPES)
+def test_linear_packed_cuda(rng, x_dtype, mode):
+    """linear_packed on the GPU: the bits of quantize_i8 + scaled_mm_packed
+    there (out, q, scale, azp) and of linear_packed on the CPU."""
+    for i, (m, n, k) in enumerate(SHAPES + [(1, 4096, 512), (300, 257, 1000), (33, 64, 2100)]):
+        base = special_floats(rng, (m, k)) if m >= 6 and k else rand_floats(rng, (m, k))
+        x = to_torch(cast(base, x_dtype), DEV)
+        w = to_torch(rand_i8(rng, (n, k)), DEV)
+        sb = to_torch(rng.uniform(0.001, 0.01, n if i % 2 else 1).astype(np.float32), DEV)
+        bias = to_torch(rand_floats(rng, (n,)), DEV) if i % 3 else None
+        xs, xz, sym = linear_quant_args(rng, mode)
+        dt = torch_dtype(OUT_DTYPES[i % 3])
+        pb = smt.pack_b(w)
+        got = ops.linear_packed(x, pb, sb, dt, bias, xs, xz, sym)
+        want = linear_two_calls(x, pb, sb, dt, bias, xs, xz, sym)
+        cpu = [v.cpu() if v is not None else None for v in (x, sb, bias, xs, xz)]
+        on_cpu = ops.linear_packed(cpu[0], smt.pack_b(w.cpu()), cpu[1], dt, cpu[2], cpu[3],
+                                   cpu[4], sym)
+        what = "cuda linear %s %s %dx%dx%d" % (x_dtype, mode, m, n, k)
+        for name, g, w_, c in zip(("out", "q", "scale", "azp"), got, want, on_cpu):
+            assert g.device.type == "cuda", what + " " + name
+            assert_bits_equal(to_numpy(g), to_numpy(w_), what + " " + name + " vs two calls")
+            assert_bits_equal(to_numpy(g), to_numpy(c), what + " " + name + " vs cpu")
+
+
+def test_linear_packed_device_mismatch(rng):
+    """x on the GPU with a B packed on the CPU and the reverse, and one
+    tensor on the CPU among GPU tensors: a ValueError naming it."""
+    dev = "cuda:%d" % torch.cuda.current_device()
+    x = to_torch(rand_floats(rng, (5, 7)), DEV)
+    w = to_torch(rand_i8(rng, (6, 7)), DEV)
+    sb, bias = torch.ones(6, device=DEV), torch.zeros(6, device=DEV)
+    xs, xz = torch.ones(1, device=DEV), torch.zeros(1, dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="b was packed for cpu but x is on %s" % dev):
+        ops.linear_packed(x, smt.pack_b(w.cpu()), sb, torch.float32, bias, xs, xz, False)
+    pb = smt.pack_b(w)
+    with pytest.raises(ValueError, match="b was packed for %s but x is on cpu" % dev):
+        ops.linear_packed(x.cpu(), pb, sb.cpu(), torch.float32, None, None, None, True)
+    args = dict(scale_b=sb, bias=bias, x_scale=xs, x_azp=xz)
+    for target in args:
+        u = dict(args, **{target: args[target].cpu()})
+        with pytest.raises(ValueError, match="linear_packed: %s is on cpu" % target):
+            ops.linear_packed(x, pb, u["scale_b"], torch.float32, u["bias"], u["x_scale"],
+                              u["x_azp"], False)
+
+
+def test_linear_packed_cuda_graph(rng):
+    """linear_packed captured in a CUDA graph (its q and scales allocated by
+    torch in the graph's pool) replays with the eager bits."""
+    x = to_torch(rand_floats(rng, (16, 64)), DEV)
+    pb = smt.pack_b(to_torch(rand_i8(rng, (96, 64)), DEV))
+    sb = to_torch(rng.uniform(0.001, 0.01, 96).astype(np.float32), DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.linear_packed(x, pb, sb, torch.bfloat16, None, None, None, False)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = ops.linear_packed(x, pb, sb, torch.bfloat16, None, None, None, False)
+    for i in range(3):
+        x.copy_(to_torch(rand_floats(rng, (16, 64)), DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = linear_two_calls(x, pb, sb, torch.bfloat16, None, None, None, False)
+        for g, w in zip(static, want):
+            assert torch.equal(tbits(g), tbits(w)), "replay %d" % i
+
+
+def test_linear_packed_side_stream(rng):
+    """linear_packed on a side stream runs there and gives the bits."""
+    x = to_torch(rand_floats(rng, (33, 70)), DEV)
+    pb = smt.pack_b(to_torch(rand_i8(rng, (40, 70)), DEV))
+    sb = torch.full((1,), 0.01, device=DEV)
+    want = linear_two_calls(x, pb, sb, torch.float16, None, None, None, True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = ops.linear_packed(x, pb, sb, torch.float16, None, None, None, True)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for g, w in zip(got, want):
+        assert torch.equal(tbits(g), tbits(w))
+
+
+def test_opcheck_linear_packed_cuda(rng):
+    """opcheck's fake-kernel and autograd-registration checks on the GPU."""
+    x = to_torch(rand_floats(rng, (7, 33)), DEV)
+    pb = smt.pack_b(to_torch(rand_i8(rng, (9, 33)), DEV))
+    sb = torch.full((9,), 0.01, device=DEV)
+    torch.library.opcheck(ops.linear_packed.default,
+                          (x, pb, sb, torch.bfloat16, None, None, None, False),
+                          test_utils=("test_autograd_registration", "test_faketensor"))
+
+
+# ---------------------------------------------------------------------- #
 # devices                                                                 #
 # ---------------------------------------------------------------------- #
 @pytest.mark.parametrize("target", ["b", "scale_a", "scale_b", "bias", "azp", "out"])

@@ -19,9 +19,10 @@
 //
 // scaledmm::PackedB (a TorchScript custom class) owns a weight packed once
 // by smm_pack_b, with the context of the weight's device; scaled_mm_packed
-// takes it in place of the int8 weight and gives the same bits. It may be
-// used only on the device and backend it was packed for (checked here, with
-// a message naming both). Its __obj_flatten__ gives torch.compile the state
+// takes it in place of the int8 weight and gives the same bits; so does
+// linear_packed (smm_linear: quantize_i8 and scaled_mm_packed in one call).
+// It may be used only on the device and backend it was packed for (checked
+// here, with a message naming both). Its __obj_flatten__ gives torch.compile the state
 // its fake class (scaledmm/torch.py) is rebuilt from.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
@@ -312,27 +313,35 @@ PackedBPtr pack_b(const at::Tensor &weight)
     }
 }
 
-void scaled_mm_packed_into(const at::Tensor &a, const PackedBPtr &b, const at::Tensor &scale_a,
-                           const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
-                           const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+// A PackedB usable with the operand `a` (named `a_name`) of K columns: K,
+// the device and the backend it was packed for.
+void check_packed(const PackedBPtr &b, const at::Tensor &a, int64_t k, const char *op,
+                  const char *a_name)
 {
     TORCH_CHECK_VALUE(b, "scaledmm.", op, ": b is None; expected a PackedB from pack_b");
-    smm_scaled_mm_args args{};
-    args.lda = leading_dim(a, at::kChar, op, "a");
-    args.m = a.size(0);
-    args.k = a.size(1);
-    args.n = b->n;
-    TORCH_CHECK_VALUE(b->k == args.k, "scaledmm.", op, ": b was packed from a weight of shape [",
-                      b->n, ", ", b->k, "]; expected [N, ", args.k, "] (K of a)");
+    TORCH_CHECK_VALUE(b->k == k, "scaledmm.", op, ": b was packed from a weight of shape [",
+                      b->n, ", ", b->k, "]; expected [N, ", k, "] (K of ", a_name, ")");
     TORCH_CHECK_VALUE(b->device == a.device(), "scaledmm.", op, ": b was packed for ", b->device,
-                      " but a is on ", a.device(), "; pack the weight on a's device "
-                      "(pack_b(weight.to(a.device)))");
+                      " but ", a_name, " is on ", a.device(), "; pack the weight on ", a_name,
+                      "'s device (pack_b(weight.to(", a_name, ".device)))");
     const int backend = backend_for(a.device());
     TORCH_CHECK_VALUE(b->backend == backend, "scaledmm.", op, ": b was packed on backend '",
                       smm_backend_name(static_cast<smm_backend>(b->backend)), "' but ",
                       a.device(), " tensors now run on backend '",
                       smm_backend_name(static_cast<smm_backend>(backend)),
                       "'; pack the weight again");
+}
+
+void scaled_mm_packed_into(const at::Tensor &a, const PackedBPtr &b, const at::Tensor &scale_a,
+                           const at::Tensor &scale_b, const c10::optional<at::Tensor> &bias,
+                           const c10::optional<at::Tensor> &azp, at::Tensor &out, const char *op)
+{
+    smm_scaled_mm_args args{};
+    args.lda = leading_dim(a, at::kChar, op, "a");
+    args.m = a.size(0);
+    args.k = a.size(1);
+    check_packed(b, a, args.k, op, "a");
+    args.n = b->n;
     args.b_packed = b->pb;
     run_scaled_mm(a, scale_a, scale_b, bias, azp, out, args, op);
 }
@@ -357,6 +366,79 @@ void scaled_mm_packed_out(const at::Tensor &a, const PackedBPtr &b, const at::Te
                           const c10::optional<at::Tensor> &azp, at::Tensor out)
 {
     scaled_mm_packed_into(a, b, scale_a, scale_b, bias, azp, out, "scaled_mm_packed_out");
+}
+
+// linear_packed(x, b, scale_b, out_dtype, bias=None, x_scale=None,
+// x_azp=None, symmetric=True) -> (out, q, scale, azp): smm_linear, the
+// bits of quantize_i8(x, x_scale, x_azp, symmetric) followed by
+// scaled_mm_packed(q, b, scale, scale_b, out_dtype, bias, azp or None).
+// q, scale and azp are allocated here (on a GPU the library needs them
+// from the caller); azp is empty when the quantization is symmetric.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+linear_packed(const at::Tensor &x, const PackedBPtr &b, const at::Tensor &scale_b,
+              c10::ScalarType out_dtype, const c10::optional<at::Tensor> &bias,
+              const c10::optional<at::Tensor> &x_scale, const c10::optional<at::Tensor> &x_azp,
+              bool symmetric)
+{
+    const char *op = "linear_packed";
+    smm_linear_args l{};
+    l.c_dtype = float_code(out_dtype, op, "out_dtype");
+    TORCH_CHECK_VALUE(x.dim() == 2, "scaledmm.", op, ": x has ", x.dim(),
+                      " dimensions; expected 2");
+    l.x_dtype = float_code(x.scalar_type(), op, "x");
+    l.ldx = leading_dim(x, x.scalar_type(), op, "x");
+    l.m = x.size(0);
+    l.k = x.size(1);
+    check_packed(b, x, l.k, op, "x");
+    l.n = b->n;
+    same_device(x, scale_b, op, "scale_b", "x");
+    l.scale_b_len = vector_len(scale_b, at::kFloat, 1, l.n, op, "scale_b");
+    if (bias) {
+        same_device(x, *bias, op, "bias", "x");
+        vector_len(*bias, at::kFloat, l.n, l.n, op, "bias");
+    }
+    if (x_scale) {
+        same_device(x, *x_scale, op, "x_scale", "x");
+        vector_len(*x_scale, at::kFloat, 1, 1, op, "x_scale");
+        TORCH_CHECK_VALUE(x_azp || symmetric, "scaledmm.", op,
+                          ": static asymmetric quantization needs x_azp");
+        if (x_azp) {
+            same_device(x, *x_azp, op, "x_azp", "x");
+            vector_len(*x_azp, at::kInt, 1, 1, op, "x_azp");
+        }
+        l.mode = SMM_QUANT_STATIC_PER_TENSOR;
+        l.asymmetric = x_azp ? 1 : 0;
+    } else {
+        TORCH_CHECK_VALUE(!x_azp, "scaledmm.", op, ": dynamic quantization produces the zero "
+                          "points; pass symmetric=False instead of x_azp");
+        l.mode = SMM_QUANT_DYNAMIC_PER_TOKEN;
+        l.asymmetric = symmetric ? 0 : 1;
+    }
+    // Every argument is checked: the outputs (never aliasing an input).
+    at::Tensor out = at::empty({l.m, l.n}, x.options().dtype(out_dtype));
+    at::Tensor q = at::empty({l.m, l.k}, x.options().dtype(at::kChar));
+    at::Tensor s, z;
+    if (x_scale) {
+        s = x_scale->clone();
+        z = x_azp ? x_azp->clone() : at::empty({0}, x.options().dtype(at::kInt));
+    } else {
+        s = at::empty({l.m}, x.options().dtype(at::kFloat));
+        z = at::empty({symmetric ? 0 : l.m}, x.options().dtype(at::kInt));
+    }
+    l.x = x.data_ptr();
+    l.q = static_cast<int8_t *>(q.data_ptr());
+    l.ldq = std::max<int64_t>(l.k, 1);
+    l.x_scale = s.data_ptr<float>();
+    l.x_azp = z.numel() ? z.data_ptr<int32_t>() : nullptr;
+    l.scale_b = scale_b.data_ptr<float>();
+    l.bias = bias ? bias->data_ptr<float>() : nullptr;
+    l.b_packed = b->pb;
+    l.c = out.data_ptr();
+    l.ldc = std::max<int64_t>(l.n, 1);
+    c10::DeviceGuard guard(x.device());
+    smm_context *ctx = context_on(x.device());
+    check_status(ctx, smm_linear(ctx, &l), op);
+    return {out, q, s, z};
 }
 
 at::Tensor gemm_s8s8s32(const at::Tensor &a, const at::Tensor &b)
@@ -488,6 +570,9 @@ TORCH_LIBRARY(scaledmm, m)
           "Tensor scale_a, Tensor scale_b, Tensor? bias, Tensor? azp, Tensor(a!) out) -> ()");
     m.def("quantize_i8(Tensor x, Tensor? scale=None, Tensor? azp=None, bool symmetric=True) "
           "-> (Tensor, Tensor, Tensor)");
+    m.def("linear_packed(Tensor x, __torch__.torch.classes.scaledmm.PackedB b, Tensor scale_b, "
+          "ScalarType out_dtype, Tensor? bias=None, Tensor? x_scale=None, Tensor? x_azp=None, "
+          "bool symmetric=True) -> (Tensor, Tensor, Tensor, Tensor)");
     m.def("_set_backends(int cpu, int gpu) -> ()", &set_backends);
     m.def("_set_num_threads(int n) -> ()", &set_num_threads);
     m.def("_current_stream_handle(Device device) -> int", &current_stream_handle);
@@ -502,6 +587,7 @@ TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);
     m.impl("quantize_i8", &quantize_i8);
+    m.impl("linear_packed", &linear_packed);
 }
 
 TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
@@ -513,4 +599,5 @@ TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);
     m.impl("quantize_i8", &quantize_i8);
+    m.impl("linear_packed", &linear_packed);
 }
