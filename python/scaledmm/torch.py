@@ -432,9 +432,10 @@ class ScaledMMLinear(torch.nn.Module):
     False quantizes each row with its own zero point.
 
     forward(x): x float32 / float16 / bfloat16 [..., K]. The activations
-    are quantized (quantize_i8: dynamic per-token, or static per-tensor),
-    multiplied by the int8 weights with the scales and the bias in the
-    fused epilogue (scaled_mm_packed, out_dtype = x.dtype). Every output
+    are quantized (dynamic per-token, or static per-tensor) and multiplied
+    by the packed int8 weights with the scales and the bias in the fused
+    epilogue, in one call (linear_packed, out_dtype = x.dtype: the bits of
+    quantize_i8 followed by scaled_mm_packed). Every output
     bit is the numerics contract's, so a row's result does not depend on
     the other rows of the batch. Returns [..., N] of x.dtype.
 
@@ -446,7 +447,8 @@ class ScaledMMLinear(torch.nn.Module):
     int8 weight only, as it always has. Under torch.compile the packed
     weight is used as it is when tracing (no change is looked for); a
     module never packed before compiling (no forward, no .to()) runs
-    scaled_mm on the unpacked weight there, with the same bits. pack()
+    quantize_i8 and scaled_mm on the unpacked weight there, with the same
+    bits. pack()
     packs it by hand.
     """
 
@@ -566,12 +568,13 @@ class ScaledMMLinear(torch.nn.Module):
         packed = self._packed
         if not torch.compiler.is_compiling() and self._packed_key != self._weight_key():
             packed = self.pack()
-        q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
-        azp = None if self.symmetric else z
         if packed is None:   # weight not packed (see the class's docstring): the same bits
+            q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
+            azp = None if self.symmetric else z
             y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
         else:
-            y = ops.scaled_mm_packed(q, packed, s, self.weight_scale, x.dtype, self.bias, azp)
+            y = ops.linear_packed(x2, packed, self.weight_scale, x.dtype, self.bias,
+                                  self.input_scale, self.input_zero_point, self.symmetric)[0]
         return y.reshape(*lead, self.out_features)
 
 

@@ -365,8 +365,9 @@ def test_packed_copy_and_pickle(rng):
 @pytest.mark.parametrize("packed_first", [True, False], ids=["packed", "unpacked"])
 def test_compile_packed_module(rng, packed_first):
     """torch.compile(fullgraph=True) of ScaledMMLinear: one graph, the eager
-    bits; the graph calls scaled_mm_packed when the weight was packed
-    before compiling, scaled_mm (same bits) when it was not."""
+    bits; the graph calls linear_packed when the weight was packed
+    before compiling, quantize_i8 and scaled_mm (same bits) when it was
+    not."""
     k, n = 36, 28
     mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n), symmetric=False)
     x = to_torch(rand_floats(rng, (7, k)))
@@ -385,5 +386,6 @@ def test_compile_packed_module(rng, packed_first):
         got = torch.compile(mod, fullgraph=True, backend=backend, dynamic=False)(x)
     assert len(graphs) == 1
     targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
-    assert any("scaled_mm_packed" in t for t in targets) == packed_first, targets
+    assert any("linear_packed" in t for t in targets) == packed_first, targets
+    assert ("scaledmm.scaled_mm" in targets) != packed_first, targets
     assert same_bits(got, want)
