@@ -12,11 +12,12 @@ dynamic per-token symmetric activations, per-channel weights, output in
                 handler made once by ops.create_onednn_scaled_mm;
   vllm-amx      vLLM's AMX path (int8_scaled_mm_with_quant on
                 convert_weight_packed weights), only where the CPU has AMX;
-  scaledmm      the plugin's path: torch.ops.scaledmm.quantize_i8 +
-                torch.ops.scaledmm.scaled_mm_packed on weights packed
+  scaledmm      the plugin's path: torch.ops.scaledmm.linear_packed
+                (quantization and GEMM in one call) on weights packed
                 once by torch.ops.scaledmm.pack_b;
-  raw           the same with torch.ops.scaledmm.scaled_mm on the
-                unpacked int8 weight (N x K rows).
+  raw           torch.ops.scaledmm.quantize_i8, then
+                torch.ops.scaledmm.scaled_mm on the unpacked int8 weight
+                (N x K rows).
 
 Weights are prepared once per shape (outside the timing) for every kernel,
 in as many copies as take more than twice the last-level cache; the calls
@@ -141,8 +142,8 @@ def main(argv=None) -> int:
                                                               dtype, True)
 
             def ours(ws_set):   # the plugin's apply_weights
-                q, s, _ = smm.ops.quantize_i8(x, None, None, True)
-                return smm.ops.scaled_mm_packed(q, ws_set["pb"], s, ws_flat, dtype, None, None)
+                return smm.ops.linear_packed(x, ws_set["pb"], ws_flat, dtype, None, None, None,
+                                             True)[0]
 
             def ours_raw(ws_set):
                 q, s, _ = smm.ops.quantize_i8(x, None, None, True)
@@ -150,7 +151,8 @@ def main(argv=None) -> int:
 
             a, b, c = onednn(sets[0]).float(), ours(sets[0]), ours_raw(sets[0])
             if not torch.equal(b.view(torch.uint8), c.view(torch.uint8)):
-                raise SystemExit("bench: packed and raw weights gave different bits at %s M=%d"
+                raise SystemExit("bench: linear_packed and quantize_i8 + scaled_mm gave "
+                                 "different bits at %s M=%d"
                                  % (name, m))
             b = b.float()
             rel = float((a - b).abs().max() / a.abs().max().clamp(min=1e-30))

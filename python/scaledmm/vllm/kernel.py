@@ -8,13 +8,13 @@ the library: the int8 weight stays [N, K] row-major (vLLM's own kernels
 transpose it) and is packed once for the kernels of its device
 (torch.ops.scaledmm.pack_b, kept as layer._scaledmm_packed), scales and
 bias become float32 vectors, static activation parameters become one
-float32 scale and one int32 zero point. apply_weights then makes two calls:
-torch.ops.scaledmm.quantize_i8 (vLLM's scaled_quant.cu formulas: dynamic
-per-token, or static per-tensor) and torch.ops.scaledmm.scaled_mm_packed
-(int32 accumulation, the zero-point correction -azp * colsum(W) and the
-fused float32 epilogue of vLLM's CUTLASS ScaledEpilogueBias / ...Azp; the
-bits of scaled_mm with the unpacked weight), output in the activations'
-dtype.
+float32 scale and one int32 zero point. apply_weights then makes one call,
+torch.ops.scaledmm.linear_packed: the activations' quantization (vLLM's
+scaled_quant.cu formulas: dynamic per-token, or static per-tensor), int32
+accumulation, the zero-point correction -azp * colsum(W) and the fused
+float32 epilogue of vLLM's CUTLASS ScaledEpilogueBias / ...Azp; the bits of
+quantize_i8 followed by scaled_mm with the unpacked weight. Output in the
+activations' dtype.
 """
 from __future__ import annotations
 
@@ -167,9 +167,10 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
     def apply_weights(self, layer: torch.nn.Module, x: torch.Tensor,
                       bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """y = layer(x): x float32 / float16 / bfloat16 [..., K] quantized
-        (quantize_i8), multiplied by the packed weight with the scales and
-        bias in the fused epilogue (scaled_mm_packed; scaled_mm on the int8
-        weight, the same bits, after set_cpu_backend changed the backend).
+        and multiplied by the packed weight with the scales and bias in the
+        fused epilogue, in one call (linear_packed; quantize_i8 then
+        scaled_mm on the int8 weight, the same bits, after set_cpu_backend
+        changed the backend since packing).
         Returns [..., N] of x's dtype."""
         ops = _ops
         w, ws, i_s, i_zp, _ = self._get_layer_params(layer)
@@ -177,16 +178,17 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
         x2 = x.reshape(-1, k)
         if x2.dim() == 2 and x2.shape[0] > 1 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        q, s, z = ops.quantize_i8(x2, i_s, i_zp, self._symmetric)
         if bias is None:
             b32 = None
         elif bias is getattr(layer, "bias", None):
             b32 = layer._scaledmm_bias
         else:
             b32 = bias.to(torch.float32).reshape(-1).contiguous()
-        azp = None if self._symmetric else z
         if layer._scaledmm_packed_generation == _smm_torch._backend_generation:
-            y = ops.scaled_mm_packed(q, layer._scaledmm_packed, s, ws, x.dtype, b32, azp)
+            y = ops.linear_packed(x2, layer._scaledmm_packed, ws, x.dtype, b32, i_s, i_zp,
+                                  self._symmetric)[0]
         else:   # set_cpu_backend changed the backend since packing: the same bits unpacked
+            q, s, z = ops.quantize_i8(x2, i_s, i_zp, self._symmetric)
+            azp = None if self._symmetric else z
             y = ops.scaled_mm(q, w, s, ws, x.dtype, b32, azp)
         return y.reshape(*x.shape[:-1], w.shape[0])
