@@ -1134,7 +1134,7 @@ unsigned long smm_decode_pre_count(void)
  * overlaps the previous kernel's tail, with the stream's order kept. */
 static int smm_decode_pdl_env = -1, smm_decode_pdl_off = 0;
 
-static bool smm_decode_pdl_allowed(void)
+bool smm_decode_pdl_allowed(void)
 {
     if (smm_decode_pdl_env < 0) {
         const char *v = getenv("SMM_GPU_PDL");

@@ -86,6 +86,9 @@ gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms
  * apply. The launchers take the planned d (the ring kernel with the
  * caller's b_static). */
 bool smm_decode_have_cluster(int cc);
+/* Whether programmatic dependent launches are on (SMM_GPU_PDL, and no
+ * launch with one refused so far); the quantizer follows it too. */
+bool smm_decode_pdl_allowed(void);
 void smm_decode_plan(smm_mm_dims *d, int cc, int sms, const smm_gpu_force &f, int *g, int *s);
 gpuError_t smm_launch_decode_mma(const smm_mm_dims &d, const smm_epi_params &e, int g, int s,
                                  gpuStream_t stream);

@@ -36,9 +36,19 @@
  *
  * The launcher queues one kernel on the stream and returns the launch
  * status; m > 0 and every argument has been validated by lib/check.c.
+ *
+ * NVIDIA sm_90+: each block first lets the next kernel in the stream
+ * launch (griddepcontrol.launch_dependents), then waits for the kernel
+ * ahead of it (griddepcontrol.wait), and the kernel is launched with
+ * programmatic stream serialization when the decode kernels are (see
+ * smm_decode_pdl_allowed). A decode GEMM queued after the quantizer then
+ * starts on the SMs the quantizer leaves free and reads its packed
+ * weights while the activations are quantized; it reads the activations
+ * only after its own wait, which returns once the quantizer has finished
+ * and its writes are visible. Stream order is kept: no kernel touches
+ * memory another wrote before that kernel's wait.
  */
-#include "kernels.h"
-#include "epilogue.h"
+#include "launch.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -182,12 +192,23 @@ template <int DT> SMM_DEV const void *q_row(const void *x, int64_t i, int64_t ld
 /* Kernels                                                             */
 /* ------------------------------------------------------------------ */
 
+/* The first instructions of every quantizer block (above): no-ops unless
+ * the kernel was launched with programmatic stream serialization. */
+SMM_DEV void q_dependent_launch_begin()
+{
+#if defined(SMM_GPU_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /* Static per-tensor: scale[0] (and azp[0] when azp != NULL) are inputs. */
 template <int DT>
 __global__ void __launch_bounds__(QBLOCK)
 smm_q_static(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_t k,
              const float *scale, const int32_t *azp)
 {
+    q_dependent_launch_begin();
     const float s = scale[0];
 
     for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
@@ -248,6 +269,8 @@ smm_q_dynamic_sym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m,
 {
     __shared__ float sh[QBLOCK];
 
+    q_dependent_launch_begin();
+
     for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
         const void *xr = q_row<DT>(x, i, ldx);
         float amax = 0.0f;
@@ -265,6 +288,8 @@ smm_q_dynamic_asym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m
                    float *scale, int32_t *azp)
 {
     __shared__ float sh[QBLOCK];
+
+    q_dependent_launch_begin();
 
     for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
         const void *xr = q_row<DT>(x, i, ldx);
@@ -301,20 +326,75 @@ smm_q_dynamic_asym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m
     }
 }
 
+#if defined(SMM_GPU_NVIDIA)
+/* Whether kern may be launched with programmatic stream serialization on
+ * the current device: programmatic launches are on, and the code object
+ * the driver loaded for it has the sm_90 instructions of
+ * q_dependent_launch_begin (one cache per kernel, per device: 0 not
+ * asked, 1 yes, -1 no). */
+template <typename K> static bool q_pdl_ok(K kern, signed char (&cache)[64])
+{
+    int cc = 0, sms = 0;
+    smm_device_info(&cc, &sms);
+    if (cc < 90 || !smm_decode_pdl_allowed())
+        return false;
+    const int dev = smm_cache_dev();
+    if (cache[dev] == 0) {
+        cudaFuncAttributes attr;
+        cache[dev] = cudaFuncGetAttributes(&attr, kern) == cudaSuccess &&
+                             attr.binaryVersion >= 90 && attr.ptxVersion >= 90
+                         ? 1
+                         : -1;
+        (void)cudaGetLastError();
+    }
+    return cache[dev] > 0;
+}
+#endif
+
+/* One launch of kern over `grid` blocks: with programmatic stream
+ * serialization where q_pdl_ok allows it (a refused one is made again
+ * without), else a plain launch. */
+template <typename... KArgs, typename... Args>
+static gpuError_t q_launch_kernel(void (*kern)(KArgs...), signed char (&pdl_cache)[64],
+                                  unsigned grid, gpuStream_t stream, Args... args)
+{
+#if defined(SMM_GPU_NVIDIA)
+    if (q_pdl_ok(kern, pdl_cache)) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at;
+        memset(&cfg, 0, sizeof cfg);
+        memset(&at, 0, sizeof at);
+        cfg.gridDim = dim3(grid, 1, 1);
+        cfg.blockDim = dim3(QBLOCK, 1, 1);
+        cfg.stream = stream;
+        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, kern, args...) == gpuSuccess)
+            return gpuSuccess;
+        (void)gpuGetLastError(); /* the refused launch's error */
+    }
+#else
+    (void)pdl_cache;
+#endif
+    kern<<<grid, QBLOCK, 0, stream>>>(args...);
+    return gpuGetLastError();
+}
+
 template <int DT> gpuError_t q_launch(const smm_quantize_args *a, gpuStream_t stream)
 {
+    static signed char pdl_static[64], pdl_sym[64], pdl_asym[64];
     const unsigned grid = (unsigned)(a->m < QMAX_GRID ? a->m : QMAX_GRID);
 
     if (a->mode == SMM_QUANT_STATIC_PER_TENSOR)
-        smm_q_static<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m, a->k,
-                                                      a->scale, a->azp);
-    else if (a->azp == NULL)
-        smm_q_dynamic_sym<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m,
-                                                           a->k, a->scale);
-    else
-        smm_q_dynamic_asym<DT><<<grid, QBLOCK, 0, stream>>>(a->x, a->ldx, a->q, a->ldq, a->m,
-                                                            a->k, a->scale, a->azp);
-    return gpuGetLastError();
+        return q_launch_kernel(smm_q_static<DT>, pdl_static, grid, stream, a->x, a->ldx, a->q,
+                               a->ldq, a->m, a->k, (const float *)a->scale, a->azp);
+    if (a->azp == NULL)
+        return q_launch_kernel(smm_q_dynamic_sym<DT>, pdl_sym, grid, stream, a->x, a->ldx, a->q,
+                               a->ldq, a->m, a->k, a->scale);
+    return q_launch_kernel(smm_q_dynamic_asym<DT>, pdl_asym, grid, stream, a->x, a->ldx, a->q,
+                           a->ldq, a->m, a->k, a->scale, a->azp);
 }
 
 } /* namespace */
