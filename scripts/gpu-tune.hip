@@ -28,6 +28,7 @@
  *   build-cuda/gpu-tune --kernel mma     # the same, one kernel forced
  *   build-cuda/gpu-tune --decode-sweep   # every decode variant, weight GB/s
  *   build-cuda/gpu-tune --launch-cost [raw] [quick]
+ *   build-cuda/gpu-tune --layer-cost [405b]  # the decode layer: stream and graph
  *   build-cuda/gpu-tune --ring-sweep     # ring decode: clusters x slots
  *   ncu build-cuda/gpu-tune --decode-one 16 4096 4096 [KERNEL]
  *
@@ -59,6 +60,12 @@
  *                   columns _r: the decode kernel's register form, _m: the
  *                   decode kernel, _g: the ring decode kernel. quick: the
  *                   automatic choice only, not M = 2, 4.
+ *   --layer-cost    M = 1, 8, 16, 32 on the four layers (405b: and the
+ *                   Llama-3.1-405B TP=4 ones), packed B: smm_linear (bf16
+ *                   activations, dynamic per-token) against smm_scaled_mm
+ *                   alone, each as 1000 stream launches and as a CUDA
+ *                   graph of them; us per launch and % of the copy
+ *                   bandwidth; the layer's outputs checked bitwise.
  *   --ring-sweep    the ring decode kernel with 1, 2, 4 cluster blocks and
  *                   3, 4, 5, 6, 8 slots against the automatic choice, M =
  *                   16, 32, packed B, 2000 stream launches, us per launch.
@@ -443,6 +450,25 @@ template <class F> static void stream_time(int launches, F issue, double *queue,
     *queue = median(tq), *total = median(tt);
 }
 
+/* The device's copy bandwidth, GB/s of bytes read + written: the median
+ * of 10 device-to-device copies of `bytes` from buf to buf + bytes (after
+ * two warm-up copies). */
+static double copy_bandwidth(void *buf, size_t bytes)
+{
+    std::vector<double> t;
+    for (int r = 0; r < 12; r++) {
+        float ms_ = 0;
+        CK(RT(EventRecord)(ev0, stream));
+        SK(gctx, smm_memcpy(gctx, (char *)buf + bytes, buf, bytes, SMM_MEMCPY_DEVICE_TO_DEVICE));
+        CK(RT(EventRecord)(ev1, stream));
+        CK(RT(EventSynchronize)(ev1));
+        CK(RT(EventElapsedTime)(&ms_, ev0, ev1));
+        if (r >= 2)
+            t.push_back(ms_ * 1e-3);
+    }
+    return 2.0 * (double)bytes / median(t) / 1e9;
+}
+
 __global__ void empty_kernel(void)
 {
 }
@@ -460,23 +486,9 @@ static void run_bench(int kernel)
     printf("device: %s, %d.%d, %d SMs; kernel forced: %s\n", prop.name, prop.major,
            prop.minor, prop.multiProcessorCount, kernel_name(kernel));
     bufs d = bufs_alloc(8192, 28672, 14336, max_b);
-    {
-        const size_t bytes = (size_t)8192 * 28672 * 2;
-        std::vector<double> t;
-        for (int r = 0; r < 12; r++) {
-            float ms_ = 0;
-            CK(RT(EventRecord)(ev0, stream));
-            SK(gctx, smm_memcpy(gctx, (char *)d.c + bytes, d.c, bytes,
-                                SMM_MEMCPY_DEVICE_TO_DEVICE));
-            CK(RT(EventRecord)(ev1, stream));
-            CK(RT(EventSynchronize)(ev1));
-            CK(RT(EventElapsedTime)(&ms_, ev0, ev1));
-            if (r >= 2)
-                t.push_back(ms_ * 1e-3);
-        }
-        printf("copy_bandwidth_GBps %.0f (read+write, %zu MB copied)\n",
-               2.0 * bytes / median(t) / 1e9, bytes >> 20);
-    }
+    const size_t bytes = (size_t)8192 * 28672 * 2;
+    printf("copy_bandwidth_GBps %.0f (read+write, %zu MB copied)\n",
+           copy_bandwidth(d.c, bytes), bytes >> 20);
     const smm_gpu_force f = force_of(kernel, 0, 0, 0, 0);
     printf("%-6s %-6s %-6s %-5s %-11s %10s %9s %9s %9s %7s\n", "M", "N", "K", "out", "kernel",
            "us", "TOPS", "GB/s", "wGB/s", "copies");
@@ -634,6 +646,105 @@ static void run_launch_cost(bool packed, bool quick)
     bufs_free(d);
 }
 
+/* --layer-cost: the decode layer as vLLM runs it against the GEMM alone.
+ * layer: smm_linear (bf16 activations quantized per token, then the GEMM
+ * with per-token x per-channel scales, bf16 out); mm: smm_scaled_mm on
+ * int8 activations. Packed B, weights rotating over >= 256 MiB. Each is
+ * timed as stream launches back to back (stream_time's total) and as
+ * replays of the same launches captured in a CUDA graph; us per launch
+ * and weight bytes / time as % of the copy bandwidth. The layer's output,
+ * int8 activations and scales are checked against the host context's
+ * smm_linear on weight copy 0. */
+static void run_layer_cost(bool big)
+{
+    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
+                                       {16384, 13312}};
+    const int64_t ms[] = {1, 8, 16, 32};
+    const int launches = 1000;
+    const int64_t max_k = big ? 16384 : 14336;
+    bufs d = bufs_alloc(32, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
+    /* measured before packing: the copy overwrites the second half of the
+     * weights, which only the rotation (not the check, on copy 0) reads */
+    const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
+    std::vector<uint16_t> hx((size_t)(32 * max_k));
+    for (uint16_t &v : hx)
+        v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
+    void *x, *q, *xs;
+    SK(gctx, smm_malloc(gctx, hx.size() * 2, &x));
+    SK(gctx, smm_malloc(gctx, hx.size(), &q));
+    SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
+    SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
+    printf("layer cost (packed B, bf16 out; layer = smm_linear from bf16 activations, dynamic "
+           "per-token; mm = smm_scaled_mm alone); us per launch over %d launches, stream "
+           "launches and CUDA-graph replays, median of 5; %% of the copy bandwidth %.0f GB/s\n"
+           "%-3s %-6s %-6s %8s %8s %8s %8s %7s %7s %7s %7s\n",
+           launches, bw, "M", "N", "K", "mm_str", "mm_gr", "lay_str", "lay_gr", "%mm_s", "%mm_g",
+           "%lay_s", "%lay_g");
+    for (int s = 0; s < (big ? 8 : 4); s++) {
+        const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
+        const int64_t k = s < 4 ? layers[s][1] : l405[s - 4][1];
+        const int copies = copies_of(d, n, k);
+        std::vector<smm_packed_b *> pb = pack_copies(d, n, k, copies);
+        for (int64_t m : ms) {
+            fprintf(stderr, "gpu-tune: M %lld N %lld K %lld\n", (long long)m, (long long)n,
+                    (long long)k);
+            smm_linear_args la;
+            memset(&la, 0, sizeof la);
+            la.m = m, la.n = n, la.k = k, la.x = x, la.x_dtype = SMM_DTYPE_BF16, la.ldx = k;
+            la.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, la.x_scale = (float *)xs;
+            la.q = (int8_t *)q, la.ldq = k;
+            la.scale_b = d.sb, la.scale_b_len = n;
+            la.c = d.c, la.ldc = n, la.c_dtype = SMM_DTYPE_BF16;
+            auto layer = [&](int l) {
+                la.b_packed = pb[(size_t)(l % copies)];
+                SK(gctx, smm_linear(gctx, &la));
+            };
+            auto mm = [&](int l) { launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, &pb); };
+            double t[4], tq;
+            stream_time(launches, mm, &tq, &t[0]);
+            t[1] = graph_time(launches, 5, mm);
+            stream_time(launches, layer, &tq, &t[2]);
+            t[3] = graph_time(launches, 5, layer);
+            check_point(d, m, n, k, SMM_DTYPE_BF16, &pb);
+            /* the layer on copy 0 against the host context */
+            layer(0);
+            SK(gctx, smm_synchronize(gctx));
+            std::vector<unsigned char> want_c((size_t)(m * n * 2)), got_c(want_c.size());
+            std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
+            std::vector<float> want_s((size_t)m), got_s((size_t)m);
+            smm_linear_args h = la;
+            h.x = hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
+            h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
+            h.c = want_c.data();
+            SK(hctx, smm_linear(hctx, &h));
+            SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(),
+                                SMM_MEMCPY_DEVICE_TO_HOST));
+            SK(gctx, smm_memcpy(gctx, got_q.data(), q, got_q.size(),
+                                SMM_MEMCPY_DEVICE_TO_HOST));
+            SK(gctx, smm_memcpy(gctx, got_s.data(), xs, (size_t)m * 4,
+                                SMM_MEMCPY_DEVICE_TO_HOST));
+            if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
+                memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
+                memcmp(got_s.data(), want_s.data(), (size_t)m * 4) != 0) {
+                fprintf(stderr, "gpu-tune: MISMATCH smm_linear M %lld N %lld K %lld: output, "
+                        "int8 activations or scales differ from the %s backend's\n",
+                        (long long)m, (long long)n, (long long)k,
+                        smm_backend_name(smm_context_backend(hctx)));
+                failures++;
+            }
+            const double wb = (double)(n * k) / 1e9;
+            printf("%-3lld %-6lld %-6lld %8.2f %8.2f %8.2f %8.2f %7.1f %7.1f %7.1f %7.1f\n",
+                   (long long)m, (long long)n, (long long)k, t[0] * 1e6, t[1] * 1e6,
+                   t[2] * 1e6, t[3] * 1e6, 100 * wb / t[0] / bw, 100 * wb / t[1] / bw,
+                   100 * wb / t[2] / bw, 100 * wb / t[3] / bw);
+            fflush(stdout);
+        }
+        unpack_copies(pb);
+    }
+    smm_free(gctx, x), smm_free(gctx, q), smm_free(gctx, xs);
+    bufs_free(d);
+}
+
 static void run_ring_sweep(void)
 {
     const int splits[] = {1, 2, 4}, slots[] = {3, 4, 5, 6, 8};
@@ -700,7 +811,8 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel)
 static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
-            "--launch-cost [raw] [quick] | --ring-sweep | --decode-one M N K [KERNEL]]\n",
+            "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep | "
+            "--decode-one M N K [KERNEL]]\n",
             why);
     return 2;
 }
@@ -719,9 +831,9 @@ static int64_t size_arg(const char *s)
 
 int main(int argc, char **argv)
 {
-    enum { BENCH, SWEEP, COST, RING, ONE } mode = BENCH;
+    enum { BENCH, SWEEP, COST, LAYER, RING, ONE } mode = BENCH;
     const char *kernel_arg = NULL;
-    bool raw = false, quick = false, ref = false;
+    bool raw = false, quick = false, ref = false, big = false;
     int64_t one[3] = {0, 0, 0};
 
     for (int i = 1; i < argc; i++) {
@@ -740,6 +852,10 @@ int main(int argc, char **argv)
             raw = true;
         else if (mode == COST && !strcmp(a, "quick"))
             quick = true;
+        else if (!strcmp(a, "--layer-cost"))
+            mode = LAYER;
+        else if (mode == LAYER && !strcmp(a, "405b"))
+            big = true;
         else if (!strcmp(a, "--decode-one") && i + 3 < argc) {
             mode = ONE;
             for (int j = 0; j < 3; j++)
@@ -808,6 +924,7 @@ int main(int argc, char **argv)
     case BENCH: run_bench(kernel); break;
     case SWEEP: run_decode_sweep(); break;
     case COST: run_launch_cost(!raw, quick); break;
+    case LAYER: run_layer_cost(big); break;
     case RING: run_ring_sweep(); break;
     case ONE: run_decode_one(one[0], one[1], one[2], kernel); break;
     }

@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""torch_int_mm_bench.py - times torch._int_mm on the Llama-3.1-8B layer shapes.
+"""torch_int_mm_bench.py - times PyTorch's int8 and fp8 matmuls on the Llama-3.1 layers.
 
-The baseline of `scaledmm bench --backend cuda` (doc/performance.md):
-torch._int_mm is int8 x int8 -> int32 through cuBLASLt, with no epilogue
-(no scales, no conversion), so it does less work than smm_scaled_mm.
+The baselines of `scaledmm bench --backend cuda` (doc/performance.md), on
+the layer shapes `scaledmm bench --model` knows (tools/models.c): Llama-3.1-8B
+and one rank of Llama-3.1-405B at tensor parallelism 4.
 
-For each layer (N x K weights) and each M:
-  A        int8 M x K, row-major
-  B        int8 N x K, row-major, passed as B.t() (K x N, column-major: the
-           layout cuBLASLt's int8 kernels want and the one our weights have)
-  C        int32 M x N, preallocated (out=)
-torch._int_mm needs M > 16 on CUDA; smaller M are run padded to 17 rows (the
-m_run column says so; the time is then that of 17 rows, the weights read are
-the same).
+Ops (--ops, the `op` column):
+  int_mm     torch._int_mm(A, B.t(), out=C): int8 x int8 -> int32 through
+             cuBLASLt, with no epilogue (no scales, no conversion), so it
+             does less work than smm_scaled_mm.
+             A int8 M x K, row-major; B int8 N x K, row-major, passed as
+             B.t() (K x N, column-major: the layout cuBLASLt's int8 kernels
+             want and the one our weights have); C int32 M x N, preallocated.
+             torch._int_mm needs M > 16 on CUDA; smaller M are run padded to
+             17 rows (the m_run column says so; the time is then that of 17
+             rows, the weights read are the same).
+  fp8        torch._scaled_mm(A, B.t(), scale_a, scale_b, out_dtype=bf16):
+             float8_e4m3fn x float8_e4m3fn, rowwise scales (scale_a float32
+             M x 1, scale_b float32 1 x N), bf16 out: the fp8 counterpart of
+             smm_scaled_mm with per-token x per-channel scales, on the same
+             dense peak on Hopper (use_fast_accum=False).
+  fp8_fast   the same with use_fast_accum=True (Hopper's faster fp8
+             accumulation, less accurate).
 
 Timing: CUDA events around L launches back to back, after a warm-up; one
 sample = elapsed / L; the median of --repeats samples is reported. L is
@@ -32,6 +41,7 @@ Output: CSV on stdout (one row per layer, M and mode), metadata as
 '# key: value' lines and progress on stderr.
 
 Usage: python3 scripts/torch_int_mm_bench.py [--m 1,16,32,2048,4096,8192]
+           [--model llama-3.1-8b|llama-3.1-405b-tp4|all] [--ops int_mm,fp8,fp8_fast]
            [--repeats 10] [--target-ms 20] [--rotate-mib 256] [--mode both]
            [--device 0] [--seed 0] > torch_int_mm.csv
 """
@@ -40,15 +50,23 @@ import argparse
 import statistics
 import sys
 
-# Llama-3.1-8B linear layers as scaledmm bench names them (tools/models.c):
-# (layer, N, K).
-LAYERS = (
-    ("qkv", 6144, 4096),
-    ("o", 4096, 4096),
-    ("gate_up", 28672, 4096),
-    ("down", 4096, 14336),
-)
-MODEL = "llama-3.1-8b"
+# The linear layers as scaledmm bench names them (tools/models.c):
+# model -> ((layer, N, K), ...).
+MODELS = {
+    "llama-3.1-8b": (
+        ("qkv", 6144, 4096),
+        ("o", 4096, 4096),
+        ("gate_up", 28672, 4096),
+        ("down", 4096, 14336),
+    ),
+    "llama-3.1-405b-tp4": (
+        ("qkv", 4608, 16384),
+        ("o", 16384, 4096),
+        ("gate_up", 26624, 16384),
+        ("down", 16384, 13312),
+    ),
+}
+OPS = ("int_mm", "fp8", "fp8_fast")
 MIN_M_INT_MM = 17          # torch._int_mm on CUDA: M > 16
 MIN_LAUNCHES = 3
 MAX_LAUNCHES = 2000
@@ -65,10 +83,17 @@ def meta(key, value):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="Time torch._int_mm (int8 x int8 -> int32, cuBLASLt) on the "
-                    "Llama-3.1-8B layer shapes; CSV on stdout.")
+        description="Time torch._int_mm (int8 x int8 -> int32, cuBLASLt) and "
+                    "torch._scaled_mm (fp8 rowwise, bf16 out) on the Llama-3.1 layer "
+                    "shapes; CSV on stdout.")
     p.add_argument("--m", default="1,16,32,2048,4096,8192",
                    help="comma-separated token counts (default %(default)s)")
+    p.add_argument("--model", default="llama-3.1-8b",
+                   choices=tuple(MODELS) + ("all",),
+                   help="layer shapes (default %(default)s)")
+    p.add_argument("--ops", default="int_mm",
+                   help="comma-separated ops among " + ", ".join(OPS) +
+                        " (default %(default)s)")
     p.add_argument("--repeats", type=int, default=10,
                    help="timed samples per point, median reported (default %(default)s)")
     p.add_argument("--target-ms", type=float, default=20.0,
@@ -91,6 +116,10 @@ def parse_args(argv):
         p.error("--repeats must be >= 1")
     if a.target_ms <= 0:
         p.error("--target-ms must be > 0")
+    a.op_list = [x.strip() for x in a.ops.split(",") if x.strip()]
+    if not a.op_list or any(x not in OPS for x in a.op_list):
+        p.error(f"--ops: a list of {', '.join(OPS)}: {a.ops!r}")
+    a.models = list(MODELS) if a.model == "all" else [a.model]
     return a
 
 
@@ -130,32 +159,50 @@ def copy_bandwidth(torch, dev):
 
 
 class Point:
-    """One layer at one M: the operands and the two ways of launching."""
+    """One op on one layer at one M: the operands and the launch."""
 
-    def __init__(self, torch, dev, n, k, m_run, rotate_bytes):
+    def __init__(self, torch, dev, op, n, k, m_run, rotate_bytes):
         self.torch = torch
+        self.op = op
         self.copies = rotate_bytes // (n * k) + 1
         w0 = torch.randint(-127, 128, (n, k), dtype=torch.int8, device=dev)
+        a = torch.randint(-127, 128, (m_run, k), dtype=torch.int8, device=dev)
+        if op != "int_mm":
+            # values of int8 range, exact in e4m3 up to 16, scaled to a
+            # normal spread; the timing does not depend on the values
+            w0 = (w0.to(torch.float32) / 16).to(torch.float8_e4m3fn)
+            a = (a.to(torch.float32) / 16).to(torch.float8_e4m3fn)
+            self.scale_a = torch.rand((m_run, 1), dtype=torch.float32, device=dev) + 0.5
+            self.scale_b = torch.rand((1, n), dtype=torch.float32, device=dev) + 0.5
         self.w = [w0] + [w0.clone() for _ in range(self.copies - 1)]
-        self.a = torch.randint(-127, 128, (m_run, k), dtype=torch.int8, device=dev)
+        self.a = a
         self.c = torch.empty((m_run, n), dtype=torch.int32, device=dev)
         self.next = 0
-        # The out= form saves an allocation per call; fall back to the plain
-        # call on a build without it.
-        try:
-            torch._int_mm(self.a, self.w[0].t(), out=self.c)
-            self.use_out = True
-        except (TypeError, RuntimeError):
-            self.use_out = False
-            torch._int_mm(self.a, self.w[0].t())
+        self.use_out = False
+        if op == "int_mm":
+            # The out= form saves an allocation per call; fall back to the
+            # plain call on a build without it.
+            try:
+                torch._int_mm(self.a, self.w[0].t(), out=self.c)
+                self.use_out = True
+            except (TypeError, RuntimeError):
+                torch._int_mm(self.a, self.w[0].t())
+        else:
+            self.launch(1)
 
     def launch(self, count):
         torch = self.torch
         for _ in range(count):
-            if self.use_out:
-                torch._int_mm(self.a, self.w[self.next].t(), out=self.c)
+            w = self.w[self.next]
+            if self.op == "int_mm":
+                if self.use_out:
+                    torch._int_mm(self.a, w.t(), out=self.c)
+                else:
+                    torch._int_mm(self.a, w.t())
             else:
-                torch._int_mm(self.a, self.w[self.next].t())
+                torch._scaled_mm(self.a, w.t(), self.scale_a, self.scale_b,
+                                 out_dtype=torch.bfloat16,
+                                 use_fast_accum=self.op == "fp8_fast")
             self.next = (self.next + 1) % self.copies
 
     def free(self):
@@ -234,9 +281,11 @@ def main(argv):
     meta("device", f"{props.name}, {props.total_memory >> 20} MiB, "
          f"{props.multi_processor_count} SMs")
     meta("torch", f"{torch.__version__} (CUDA {torch.version.cuda})")
-    meta("timed", "torch._int_mm(A, B.t(), out=C): int8 M x K by int8 N x K -> int32 "
-         "M x N, cuBLASLt, no epilogue; CUDA events around L launches, one sample = "
-         "elapsed / L, median of the samples")
+    meta("timed", "int_mm: torch._int_mm(A, B.t(), out=C): int8 M x K by int8 N x K -> "
+         "int32 M x N, cuBLASLt, no epilogue; fp8 / fp8_fast: torch._scaled_mm(A, B.t(), "
+         "scale_a [M,1], scale_b [1,N], out_dtype=bfloat16, use_fast_accum=False / True), "
+         "e4m3 x e4m3; CUDA events around L launches, one sample = elapsed / L, median of "
+         "the samples")
     meta("runs", f"{args.repeats} samples per point, each of about {args.target_ms} ms")
     meta("rotation", f"weights rotate over copies totalling > {args.rotate_mib} MiB")
     meta("modes", "eager: launched from Python; graph: the L launches replayed "
@@ -248,45 +297,43 @@ def main(argv):
     meta("device_copy", f"{copy_gbps:.1f} GB/s; device-to-device copy of "
          f"{copy_bytes >> 20} MiB, bytes read + written, median of 5 samples of 4 copies")
 
-    print("model,layer,M,N,K,m_run,mode,launches,ms,TOPS,weight_GBps,pct_copy_bw",
+    print("model,op,layer,M,N,K,m_run,mode,launches,ms,TOPS,weight_GBps,pct_copy_bw",
           flush=True)
     rotate_bytes = args.rotate_mib << 20
-    total = len(LAYERS) * len(args.m_list)
-    index = 0
+    points = [(model, op, layer, n, k, m) for model in args.models
+              for layer, n, k in MODELS[model] for m in args.m_list for op in args.op_list]
     status = 0
-    for layer, n, k in LAYERS:
-        for m in args.m_list:
-            index += 1
-            m_run = max(m, MIN_M_INT_MM)
-            note(f"[{index}/{total}] {layer} M={m} (N={n}, K={k}) ...")
-            pt = None
-            try:
-                pt = Point(torch, dev, n, k, m_run, rotate_bytes)
-                launches = calibrate(torch, pt, args.target_ms)
-                for mode in modes:
-                    try:
-                        if mode == "eager":
-                            ms = time_eager(torch, pt, launches, args.repeats)
-                        else:
-                            ms = time_graph(torch, pt, launches, args.repeats)
-                    except RuntimeError as e:
-                        note(f"torch_int_mm_bench.py: {layer} M={m} {mode}: {e}")
-                        status = 1
-                        continue
-                    sec = ms * 1e-3
-                    tops = 2.0 * m * n * k / sec * 1e-12
-                    gbps = n * k / sec * 1e-9
-                    pct = f"{gbps / copy_gbps * 100.0:.1f}" if m <= SMALL_M else ""
-                    print(f"{MODEL},{layer},{m},{n},{k},{m_run},{mode},{launches},"
-                          f"{ms:.5f},{tops:.2f},{gbps:.1f},{pct}", flush=True)
-            except RuntimeError as e:
-                note(f"torch_int_mm_bench.py: {layer} M={m}: {e}")
-                status = 1
-            finally:
-                if pt is not None:
-                    pt.free()
-                    del pt
-                torch.cuda.empty_cache()
+    for index, (model, op, layer, n, k, m) in enumerate(points, 1):
+        m_run = max(m, MIN_M_INT_MM) if op == "int_mm" else m
+        note(f"[{index}/{len(points)}] {model} {op} {layer} M={m} (N={n}, K={k}) ...")
+        pt = None
+        try:
+            pt = Point(torch, dev, op, n, k, m_run, rotate_bytes)
+            launches = calibrate(torch, pt, args.target_ms)
+            for mode in modes:
+                try:
+                    if mode == "eager":
+                        ms = time_eager(torch, pt, launches, args.repeats)
+                    else:
+                        ms = time_graph(torch, pt, launches, args.repeats)
+                except RuntimeError as e:
+                    note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m} {mode}: {e}")
+                    status = 1
+                    continue
+                sec = ms * 1e-3
+                tops = 2.0 * m * n * k / sec * 1e-12
+                gbps = n * k / sec * 1e-9
+                pct = f"{gbps / copy_gbps * 100.0:.1f}" if m <= SMALL_M else ""
+                print(f"{model},{op},{layer},{m},{n},{k},{m_run},{mode},{launches},"
+                      f"{ms:.5f},{tops:.2f},{gbps:.1f},{pct}", flush=True)
+        except RuntimeError as e:
+            note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m}: {e}")
+            status = 1
+        finally:
+            if pt is not None:
+                pt.free()
+                del pt
+            torch.cuda.empty_cache()
     return status
 
 
