@@ -195,6 +195,25 @@ static smm_status reference_mm(smm_context *ctx, const smm_mm_problem *p)
     return SMM_OK;
 }
 
+/* smm_scaled_epilogue: the same per-element epilogue on the caller's
+ * accumulators and column sums. */
+static smm_status reference_epilogue(smm_context *ctx, const smm_epilogue_args *e)
+{
+    (void)ctx;
+    const smm_mm_problem p = {
+        .m = e->m, .n = e->n,
+        .scale_a = e->scale_a, .scale_a_len = e->scale_a_len,
+        .scale_b = e->scale_b, .scale_b_len = e->scale_b_len,
+        .bias = e->bias, .azp = e->azp, .azp_len = e->azp_len,
+        .c = e->c, .ldc = e->ldc, .c_dtype = e->c_dtype,
+    };
+    for (int64_t i = 0; i < e->m; i++)
+        for (int64_t j = 0; j < e->n; j++)
+            epilogue_element(&p, i, j, i * e->ldc + j, (uint32_t)e->acc[i * e->ldacc + j],
+                             e->azp ? (uint32_t)e->colsum_b[j] : 0u);
+    return SMM_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* Quantization                                                        */
 /* ------------------------------------------------------------------ */
@@ -382,6 +401,7 @@ const smm_backend_ops smm_reference_ops = {
     .probe = reference_probe,
     .mm = reference_mm,
     .quantize = reference_quantize,
+    .epilogue = reference_epilogue,
     .packed_format = reference_packed_format,
     .pack_b = reference_pack_b,
 };
