@@ -566,7 +566,8 @@ typedef struct smm_epilogue_args {
  * K-slices, and of their K-slices' column sums, is the accumulator and
  * column sum of the whole K; one smm_scaled_epilogue on them gives the
  * bits of the TP = 1 smm_scaled_mm, for any T and any split
- * (doc/numerics.md, "Accumulation").
+ * (doc/numerics.md, "Accumulation"; the recipe over NCCL in
+ * doc/tensor-parallel.md).
  * M == 0 or N == 0: success, nothing written.
  * Errors (nothing written): SMM_ERR_INVALID_ARG (ctx or args NULL, m or n
  * negative, acc, c, scale_a or scale_b NULL, colsum_b NULL with azp set,
