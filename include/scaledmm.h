@@ -226,8 +226,8 @@ SMM_API const char *smm_cpu_level_description(const char *name);
  * Otherwise (SMM_BACKEND unset, empty or "auto") a context on AUTO runs
  * each call where its data lives. The platform is probed once per process
  * (smm_backend_auto, smm_backend_auto_device). Each call of
- * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and
- * smm_quantize_i8, before its other argument checks, asks the GPU runtime
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b,
+ * smm_quantize_i8 and smm_scaled_epilogue, before its other argument checks, asks the GPU runtime
  * where each of its pointers lives (as a GPU context does, see "Device
  * memory and streams") and runs:
  *   - on the GPU backend found, when every pointer is device memory of the
@@ -312,7 +312,7 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
 /*
  * Threads. One context may be used by several threads at the same time for
  * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b,
- * smm_quantize_i8, smm_malloc, smm_free, smm_memcpy, smm_synchronize,
+ * smm_quantize_i8, smm_scaled_epilogue, smm_malloc, smm_free, smm_memcpy, smm_synchronize,
  * smm_context_backend, smm_context_get_num_threads and
  * smm_context_last_error: these calls only read the context, each call's
  * working memory is its own, results are those of the same calls made one
@@ -333,8 +333,8 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
 
 /*
  * On a GPU context every matrix, vector and scale pointer passed to
- * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b and
- * smm_quantize_i8 is a DEVICE pointer (from smm_malloc or the vendor
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed, smm_pack_b,
+ * smm_quantize_i8 and smm_scaled_epilogue is a DEVICE pointer (from smm_malloc or the vendor
  * runtime). After the other argument checks, and before anything is queued,
  * each call asks the runtime where every pointer it reads or writes lives
  * (cudaPointerGetAttributes / hipPointerGetAttributes on the first byte of
@@ -357,8 +357,8 @@ SMM_API const char *smm_context_last_error(const smm_context *ctx);
  * SMM_ERR_INVALID_ARG, smm_synchronize returns at once). A context
  * created on AUTO runs each call where its pointers live
  * (smm_context_create).
- * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed and
- * smm_quantize_i8 only queue kernels, so while the caller captures the
+ * smm_scaled_mm, smm_gemm_s8s8s32, smm_gemm_s8s8s32_packed,
+ * smm_quantize_i8 and smm_scaled_epilogue only queue kernels, so while the caller captures the
  * stream it gave smm_context_set_stream into a CUDA (or HIP) graph, they
  * are recorded into that graph and run when it is replayed, with the same
  * results (tests/check_gpu_kernels.c checks this for smm_scaled_mm and
@@ -510,6 +510,77 @@ SMM_API smm_status smm_gemm_s8s8s32(smm_context *ctx, int64_t m, int64_t n, int6
                                     const int8_t *a, int64_t lda,
                                     const int8_t *b, int64_t ldb,
                                     int32_t *c, int64_t ldc);
+
+/* ------------------------------------------------------------------ */
+/* The epilogue alone (tensor parallelism)                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Arguments of smm_scaled_epilogue: smm_scaled_mm_args with the int8
+ * operands replaced by what the epilogue reads of them.
+ *   acc      int32 M x N, row-major, ldacc >= N (elements): the
+ *            accumulators sum_k A[m][k] * B[n][k] (mod 2^32), e.g. of
+ *            smm_gemm_s8s8s32, or the wrapping sum of several of them
+ *   scale_a  float32, scale_a_len == 1 (per-tensor) or M (per-token)
+ *   scale_b  float32, scale_b_len == 1 (per-tensor) or N (per-channel)
+ *   bias     float32, N elements, or NULL
+ *   azp      int32 activation zero points, azp_len == 1 or M, or NULL
+ *            (azp_len and colsum_b then ignored)
+ *   colsum_b int32, N elements: colsum_b[n] = sum_k B[n][k] (mod 2^32);
+ *            required with azp. smm_gemm_s8s8s32 computes it exactly: with
+ *            A one row of K ones (M = 1), C is the column sums of B
+ *   c        M x N, row-major, ldc >= N (elements), of type c_dtype:
+ *            SMM_DTYPE_F32, SMM_DTYPE_F16 or SMM_DTYPE_BF16
+ */
+typedef struct smm_epilogue_args {
+    int64_t m, n;
+    const int32_t *acc;
+    int64_t ldacc;
+    const float *scale_a;
+    int64_t scale_a_len;
+    const float *scale_b;
+    int64_t scale_b_len;
+    const float *bias;
+    const int32_t *azp;
+    int64_t azp_len;
+    const int32_t *colsum_b;
+    void *c;
+    int64_t ldc;
+    smm_dtype c_dtype;
+} smm_epilogue_args;
+
+/*
+ * C = epilogue(acc): the second half of smm_scaled_mm, on accumulators the
+ * caller gives. Per element, the formula of smm_scaled_mm (doc/numerics.md,
+ * "Accumulation" and "Epilogue") with acc and colsum_b in place of the
+ * sums over K:
+ *   acc' = acc[m][n] - z * colsum_b[n]          (with azp; wrapping)
+ *   t = (float)acc' * sb;  y = sa * t  |  fmaf(sa, t, bias[n])  |
+ *   fmaf(sa, t, +0.0f) (azp, no bias);  C = round_to_nearest_even(y)
+ * so that with acc = A * B^T (smm_gemm_s8s8s32) and colsum_b the column
+ * sums of B, C is bit for bit that of smm_scaled_mm on A and B, on every
+ * backend.
+ * Tensor parallelism without losing a bit: int32 addition modulo 2^32 is
+ * associative, so when K is split across T ranks, the wrapping sum (an
+ * all-reduce of int32 with SUM) of the ranks' accumulators of their
+ * K-slices, and of their K-slices' column sums, is the accumulator and
+ * column sum of the whole K; one smm_scaled_epilogue on them gives the
+ * bits of the TP = 1 smm_scaled_mm, for any T and any split
+ * (doc/numerics.md, "Accumulation"; the recipe over NCCL in
+ * doc/tensor-parallel.md).
+ * M == 0 or N == 0: success, nothing written.
+ * Errors (nothing written): SMM_ERR_INVALID_ARG (ctx or args NULL, m or n
+ * negative, acc, c, scale_a or scale_b NULL, colsum_b NULL with azp set,
+ * ldacc < N or ldc < N when M > 1, scale_a_len not 1 or M, scale_b_len
+ * not 1 or N, azp_len not 1 or M with azp set, c_dtype not F32/F16/BF16, a
+ * pointer not aligned to its element size, a footprint whose byte count
+ * overflows), SMM_ERR_OVERLAP (C's footprint intersects acc, scale_a,
+ * scale_b, bias, azp or colsum_b), SMM_ERR_NO_MEMORY, SMM_ERR_UNSUPPORTED
+ * (a GPU plugin without this operation), SMM_ERR_DEVICE. Pointers are
+ * checked, and an AUTO context routes the call, as for smm_scaled_mm
+ * ("Device memory and streams", smm_context_create).
+ */
+SMM_API smm_status smm_scaled_epilogue(smm_context *ctx, const smm_epilogue_args *args);
 
 /* ------------------------------------------------------------------ */
 /* Prepacked weights                                                   */

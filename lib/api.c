@@ -315,6 +315,51 @@ SMM_API smm_status smm_gemm_s8s8s32_packed(smm_context *ctx, int64_t m, int64_t 
 }
 
 /* ------------------------------------------------------------------ */
+/* The epilogue alone                                                  */
+/* ------------------------------------------------------------------ */
+
+SMM_API smm_status smm_scaled_epilogue(smm_context *ctx, const smm_epilogue_args *args)
+{
+    static const char who[] = "smm_scaled_epilogue";
+    if (!ctx)
+        return SMM_ERR_INVALID_ARG;
+    smm_clear_error(ctx);
+    /* Where it runs: as smm_scaled_mm, an AUTO context decides from the
+     * pointers before the checks, a GPU context checks them after. */
+    smm_context *t = ctx;
+    smm_ptr_arg ptrs[SMM_MAX_PTR_ARGS];
+    smm_status st;
+    if (ctx->routed && args) {
+        st = place(ctx, who, ptrs, smm_epilogue_pointers(args, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    st = smm_check_epilogue(t, args);
+    if (st != SMM_OK || args->m == 0 || args->n == 0)
+        return st;
+    if (!ctx->routed) {
+        st = place(ctx, who, ptrs, smm_epilogue_pointers(args, ptrs), &t);
+        if (st != SMM_OK)
+            return st;
+    }
+    if (!t->ops->epilogue)
+        return smm_set_error(t, SMM_ERR_UNSUPPORTED, "%s: the %s backend has no epilogue operation",
+                             who, t->ops->name);
+    smm_epilogue_args e = *args;
+    if (!e.azp) {
+        e.azp_len = 0;
+        e.colsum_b = NULL;
+    }
+    smm_fpenv env;
+    smm_fpenv_enter(&env);
+    st = t->ops->epilogue(t, &e);
+    smm_fpenv_leave(&env);
+    if (st != SMM_OK && !smm_has_error(t))
+        smm_set_error(t, st, "%s: %s backend: %s", who, t->ops->name, smm_strerror(st));
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
 /* Packed B                                                            */
 /* ------------------------------------------------------------------ */
 

@@ -179,6 +179,72 @@ smm_status smm_check_mm(smm_context *ctx, const smm_mm_problem *p, int raw, cons
     return SMM_OK;
 }
 
+smm_status smm_check_epilogue(smm_context *ctx, const smm_epilogue_args *e)
+{
+    const char *who = "smm_scaled_epilogue";
+    if (!e)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: args is NULL", who);
+    if (e->m < 0 || e->n < 0)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: negative size (m %" PRId64 ", n %" PRId64 ")", who, e->m,
+             e->n);
+    if (e->c_dtype != SMM_DTYPE_F32 && e->c_dtype != SMM_DTYPE_F16 &&
+        e->c_dtype != SMM_DTYPE_BF16)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c_dtype (%d, %s) is not f32, f16 or bf16", who,
+             (int)e->c_dtype, smm_dtype_name(e->c_dtype));
+    if (e->m == 0 || e->n == 0)
+        return SMM_OK;
+
+    const int64_t m = e->m, n = e->n;
+    const int csize = dtype_size(e->c_dtype);
+    if (!e->acc)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: acc is NULL", who);
+    if (!e->c)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c is NULL", who);
+    if (!e->scale_a)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a is NULL", who);
+    if (!e->scale_b)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale_b is NULL", who);
+    if (e->azp && !e->colsum_b)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: colsum_b is NULL with azp set", who);
+    if (m > 1 && e->ldacc < n)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldacc (%" PRId64 ") < n (%" PRId64 ")", who, e->ldacc, n);
+    if (m > 1 && e->ldc < n)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: ldc (%" PRId64 ") < n (%" PRId64 ")", who, e->ldc, n);
+    if (e->scale_a_len != 1 && e->scale_a_len != m)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale_a_len (%" PRId64 ") is neither 1 nor m (%" PRId64 ")",
+             who, e->scale_a_len, m);
+    if (e->scale_b_len != 1 && e->scale_b_len != n)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: scale_b_len (%" PRId64 ") is neither 1 nor n (%" PRId64 ")",
+             who, e->scale_b_len, n);
+    if (e->azp && e->azp_len != 1 && e->azp_len != m)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: azp_len (%" PRId64 ") is neither 1 nor m (%" PRId64 ")",
+             who, e->azp_len, m);
+    if (misaligned(e->c, csize))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: c (%p) is not aligned to its %d-byte elements", who, e->c,
+             csize);
+    if (misaligned(e->acc, 4) || misaligned(e->scale_a, 4) || misaligned(e->scale_b, 4) ||
+        misaligned(e->bias, 4) || misaligned(e->azp, 4) || (e->azp && misaligned(e->colsum_b, 4)))
+        FAIL(SMM_ERR_INVALID_ARG,
+             "%s: acc, scale_a, scale_b, bias, azp or colsum_b is not 4-byte aligned", who);
+
+    range in[6], c;
+    int nin = 0;
+    const int ok = footprint(e->acc, m, n, e->ldacc, 4, "acc", &in[nin++]) &&
+                   footprint(e->scale_a, 1, e->scale_a_len, 0, 4, "scale_a", &in[nin++]) &&
+                   footprint(e->scale_b, 1, e->scale_b_len, 0, 4, "scale_b", &in[nin++]) &&
+                   footprint(e->bias, 1, e->bias ? n : 0, 0, 4, "bias", &in[nin++]) &&
+                   footprint(e->azp, 1, e->azp ? e->azp_len : 0, 0, 4, "azp", &in[nin++]) &&
+                   footprint(e->colsum_b, 1, e->azp ? n : 0, 0, 4, "colsum_b", &in[nin++]);
+    if (!ok)
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of %s overflows", who, in[nin - 1].name);
+    if (!footprint(e->c, m, n, e->ldc, csize, "c", &c))
+        FAIL(SMM_ERR_INVALID_ARG, "%s: the byte size of c overflows", who);
+    for (int i = 0; i < nin; i++)
+        if (intersects(&c, &in[i]))
+            FAIL(SMM_ERR_OVERLAP, "%s: c overlaps %s", who, in[i].name);
+    return SMM_OK;
+}
+
 smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b, int64_t ldb)
 {
     const char *who = "smm_pack_b";

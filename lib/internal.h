@@ -89,6 +89,8 @@ int smm_quantize_pointers(const smm_quantize_args *q,
                           smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
 int smm_linear_pointers(const smm_linear_args *l,
                         smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
+int smm_epilogue_pointers(const smm_epilogue_args *e,
+                          smm_ptr_arg out[SMM_MAX_PTR_ARGS]) SMM_INTERNAL;
 
 typedef struct smm_backend_ops {
     smm_backend id;
@@ -105,6 +107,10 @@ typedef struct smm_backend_ops {
      * scale_a and azp; n > 0), fused as the backend can; NULL: the
      * framework calls quantize, then mm. Arguments are validated. */
     smm_status (*linear)(smm_context *ctx, const smm_quantize_args *q, const smm_mm_problem *p);
+    /* Optional: smm_scaled_epilogue (m > 0, n > 0; colsum_b set exactly
+     * when azp is, azp_len 0 without azp). Arguments are validated. NULL:
+     * the call is SMM_ERR_UNSUPPORTED on this backend. */
+    smm_status (*epilogue)(smm_context *ctx, const smm_epilogue_args *e);
     /* Optional (NULL: no packed B). The format a context packs into and can
      * compute from (a static string starting with the backend's name). */
     const char *(*packed_format)(const smm_context *ctx);
@@ -144,7 +150,7 @@ typedef struct smm_backend_ops {
  * the framework's hidden functions: it records messages through ctx->verror and
  * allocates host memory through ctx->alloc.
  */
-#define SMM_GPU_PLUGIN_ABI 3
+#define SMM_GPU_PLUGIN_ABI 4
 #define SMM_GPU_PLUGIN_ENTRY "smm_gpu_plugin_entry"
 typedef const smm_backend_ops *(*smm_gpu_plugin_entry_fn)(int abi, const char **reason);
 
@@ -219,6 +225,8 @@ smm_status smm_check_quantize(smm_context *ctx, const smm_quantize_args *q,
  * overlaps between them; l as the caller gave it. */
 smm_status smm_check_linear(smm_context *ctx, const smm_linear_args *l,
                             const smm_quantize_args *q, const smm_mm_problem *p) SMM_INTERNAL;
+/* smm_scaled_epilogue's arguments. */
+smm_status smm_check_epilogue(smm_context *ctx, const smm_epilogue_args *e) SMM_INTERNAL;
 /* smm_pack_b's B: sizes, pointer, ldb, footprint. */
 smm_status smm_check_pack_b(smm_context *ctx, int64_t n, int64_t k, const int8_t *b,
                             int64_t ldb) SMM_INTERNAL;

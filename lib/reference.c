@@ -110,16 +110,50 @@ static void store_c(void *c, smm_dtype dtype, int64_t off, float y)
 }
 
 /*
+ * The epilogue of one element, C[i][j] at offset off, from its accumulator
+ * and B's column sum (both mod 2^32; colsum only read with azp):
+ *
+ *   acc'  = acc - z * colsum                      mod 2^32 (azp set)
+ *   f = (float)acc';  t = f * sb
+ *   y = sa * t                  no bias, no azp
+ *   y = fmaf(sa, t, bias[j])    bias (with or without azp)
+ *   y = fmaf(sa, t, +0.0f)      azp without bias
+ *   C[i][j] = convert(y)
+ *
+ * p gives the scales, bias, zero points and C (smm_scaled_mm's fields, or
+ * smm_scaled_epilogue's copied into them).
+ */
+static void epilogue_element(const smm_mm_problem *p, int64_t i, int64_t j, int64_t off,
+                             uint32_t acc, uint32_t colsum)
+{
+    float sa, sb, f, t, y;
+
+    if (p->azp != NULL) {
+        int32_t z = p->azp_len == 1 ? p->azp[0] : p->azp[i];
+        acc -= (uint32_t)z * colsum;
+    }
+
+    sa = p->scale_a_len == 1 ? p->scale_a[0] : p->scale_a[i];
+    sb = p->scale_b_len == 1 ? p->scale_b[0] : p->scale_b[j];
+
+    f = (float)int32_from_bits(acc);   /* round to nearest even */
+    t = f * sb;
+    if (p->bias != NULL)
+        y = fmaf(sa, t, p->bias[j]);   /* one rounding */
+    else if (p->azp != NULL)
+        y = fmaf(sa, t, 0.0f);         /* -0 becomes +0 */
+    else
+        y = sa * t;
+
+    store_c(p->c, p->c_dtype, off, y);
+}
+
+/*
  * C = epilogue(A * B^T), or the raw accumulators when c_dtype is I32.
  *
  *   acc[m][n]    = sum_k A[m][k] * B[n][k]            mod 2^32
  *   colsum[n]    = sum_k B[n][k]                       mod 2^32
- *   acc'[m][n]   = acc - z * colsum                    mod 2^32 (azp set)
- *   f = (float)acc';  t = f * sb
- *   y = sa * t                  no bias, no azp
- *   y = fmaf(sa, t, bias[n])    bias (with or without azp)
- *   y = fmaf(sa, t, +0.0f)      azp without bias
- *   C[m][n] = convert(y)
+ *   C[m][n]      = epilogue_element(acc, colsum)
  *
  * The sums are taken in uint32_t, whose arithmetic is defined modulo 2^32:
  * that is exactly the contract's wrapping int32 accumulator, without
@@ -145,7 +179,6 @@ static smm_status reference_mm(smm_context *ctx, const smm_mm_problem *p)
             const int8_t *brow = b + j * ldb;
             const int64_t off = i * p->ldc + j;
             uint32_t acc = 0, colsum = 0;
-            float sa, sb, f, t, y;
 
             for (kk = 0; kk < p->k; kk++) {
                 acc += (uint32_t)((int32_t)arow[kk] * (int32_t)brow[kk]);
@@ -156,27 +189,28 @@ static smm_status reference_mm(smm_context *ctx, const smm_mm_problem *p)
                 ((int32_t *)p->c)[off] = int32_from_bits(acc);
                 continue;
             }
-
-            if (p->azp != NULL) {
-                int32_t z = p->azp_len == 1 ? p->azp[0] : p->azp[i];
-                acc -= (uint32_t)z * colsum;
-            }
-
-            sa = p->scale_a_len == 1 ? p->scale_a[0] : p->scale_a[i];
-            sb = p->scale_b_len == 1 ? p->scale_b[0] : p->scale_b[j];
-
-            f = (float)int32_from_bits(acc);   /* round to nearest even */
-            t = f * sb;
-            if (p->bias != NULL)
-                y = fmaf(sa, t, p->bias[j]);   /* one rounding */
-            else if (p->azp != NULL)
-                y = fmaf(sa, t, 0.0f);         /* -0 becomes +0 */
-            else
-                y = sa * t;
-
-            store_c(p->c, p->c_dtype, off, y);
+            epilogue_element(p, i, j, off, acc, colsum);
         }
     }
+    return SMM_OK;
+}
+
+/* smm_scaled_epilogue: the same per-element epilogue on the caller's
+ * accumulators and column sums. */
+static smm_status reference_epilogue(smm_context *ctx, const smm_epilogue_args *e)
+{
+    (void)ctx;
+    const smm_mm_problem p = {
+        .m = e->m, .n = e->n,
+        .scale_a = e->scale_a, .scale_a_len = e->scale_a_len,
+        .scale_b = e->scale_b, .scale_b_len = e->scale_b_len,
+        .bias = e->bias, .azp = e->azp, .azp_len = e->azp_len,
+        .c = e->c, .ldc = e->ldc, .c_dtype = e->c_dtype,
+    };
+    for (int64_t i = 0; i < e->m; i++)
+        for (int64_t j = 0; j < e->n; j++)
+            epilogue_element(&p, i, j, i * e->ldc + j, (uint32_t)e->acc[i * e->ldacc + j],
+                             e->azp ? (uint32_t)e->colsum_b[j] : 0u);
     return SMM_OK;
 }
 
@@ -367,6 +401,7 @@ const smm_backend_ops smm_reference_ops = {
     .probe = reference_probe,
     .mm = reference_mm,
     .quantize = reference_quantize,
+    .epilogue = reference_epilogue,
     .packed_format = reference_packed_format,
     .pack_b = reference_pack_b,
 };

@@ -136,3 +136,19 @@ int smm_linear_pointers(const smm_linear_args *l, smm_ptr_arg out[SMM_MAX_PTR_AR
             out[n++] = all[i];
     return n;
 }
+
+int smm_epilogue_pointers(const smm_epilogue_args *e, smm_ptr_arg out[SMM_MAX_PTR_ARGS])
+{
+    int n = 0;
+    if (e->m <= 0 || e->n <= 0)
+        return n;
+    const smm_ptr_arg all[7] = {
+        {"acc", e->acc, 0}, {"c", e->c, 0}, {"scale_a", e->scale_a, 0},
+        {"scale_b", e->scale_b, 0}, {"bias", e->bias, 0}, {"azp", e->azp, 0},
+        {"colsum_b", e->azp ? e->colsum_b : NULL, 0},
+    };
+    for (int i = 0; i < 7; i++)
+        if (all[i].ptr)
+            out[n++] = all[i];
+    return n;
+}

@@ -15,7 +15,7 @@ SCALEDMM=${SCALEDMM:-../tools/scaledmm}
 # the suites' own runs under `make check` keep the default policy).
 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export OMP_WAIT_POLICY
-SUITES="check_conformance check_quantize check_vectors check_packed check_cpu_edges check_linear"
+SUITES="check_conformance check_quantize check_vectors check_packed check_cpu_edges check_linear check_epilogue"
 # Only the CPU backend changes with the level (the reference is what it is
 # compared with); the GPU backends have their runs in the suites themselves.
 SMM_TEST_BACKENDS=${SMM_TEST_BACKENDS:-reference,cpu}

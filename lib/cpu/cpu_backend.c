@@ -83,6 +83,55 @@ static smm_status cpu_linear(smm_context *ctx, const smm_quantize_args *q, const
     return s == SMM_OK ? smm_cpu_mm(ctx, p) : s;
 }
 
+/* smm_scaled_epilogue: the level's epilogue (the one its matrix
+ * multiplications end with) on each row of the caller's accumulators,
+ * the rows shared among the threads. int32 and uint32_t are the same
+ * bits: the epilogue reads them modulo 2^32, as it reads its own sums. */
+static smm_status cpu_epilogue(smm_context *ctx, const smm_epilogue_args *a)
+{
+    const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
+    const smm_cpu_epilogue_fn epi = st ? st->k->epilogue : smm_cpu_kernels_c.epilogue;
+    const smm_cpu_epilogue e = {
+        a->scale_a, a->scale_a_len, a->scale_b, a->scale_b_len, a->bias,
+        a->azp, a->azp_len, a->c, a->ldc, a->c_dtype,
+    };
+    const uint32_t *colsum = (const uint32_t *)a->colsum_b;   /* NULL without azp */
+    const int64_t M = a->m;
+    int nthreads = smm_threads(ctx);
+    /* A thread per 16K elements at most, as the quantizer. */
+    int64_t work;
+    if (__builtin_mul_overflow(M, a->n, &work))
+        work = INT64_MAX;
+    if ((int64_t)nthreads > work / 16384 + 1)
+        nthreads = (int)(work / 16384 + 1);
+    if ((int64_t)nthreads > M)
+        nthreads = (int)M;
+    if (nthreads < 1)
+        nthreads = 1;
+
+    if (nthreads == 1) {   /* no team to start (the caller is in the contract's fpenv) */
+        for (int64_t i = 0; i < M; i++)
+            epi(&e, i, 0, a->n, (const uint32_t *)(a->acc + i * a->ldacc), colsum);
+        return SMM_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+#endif
+    {
+        smm_fpenv env;
+        smm_fpenv_enter(&env);
+#ifdef _OPENMP
+        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const int64_t tid = 0, nt = 1;
+#endif
+        for (int64_t i = M * tid / nt; i < M * (tid + 1) / nt; i++)
+            epi(&e, i, 0, a->n, (const uint32_t *)(a->acc + i * a->ldacc), colsum);
+        smm_fpenv_leave(&env);
+    }
+    return SMM_OK;
+}
+
 static smm_status packed_overflow(smm_context *ctx, int64_t n, int64_t k)
 {
     return smm_set_error(ctx, SMM_ERR_INVALID_ARG,
@@ -135,6 +184,7 @@ const smm_backend_ops smm_cpu_ops = {
     .mm = cpu_mm,
     .quantize = smm_cpu_quantize,
     .linear = cpu_linear,
+    .epilogue = cpu_epilogue,
     .packed_format = cpu_packed_format,
     .pack_b = cpu_pack_b,
 };

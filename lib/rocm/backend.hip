@@ -1,7 +1,8 @@
 /*
  * backend.hip - the GPU backend's glue: the plugin entry point (device
  * probe), the operations table, device memory, streams and errors. The
- * kernels are in gemm.hip and quantize.hip (launchers in kernels.h).
+ * kernels are in gemm.hip, quantize.hip and epilogue.hip (launchers in
+ * kernels.h).
  *
  * Built twice from this one source: for AMD (libscaledmm-rocm.so, HIP) and
  * for NVIDIA (libscaledmm-cuda.so, nvcc -x cu); gpu_compat.h maps the
@@ -312,6 +313,12 @@ static smm_status gpu_quantize(smm_context *ctx, const smm_quantize_args *q)
     return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "quantization kernel launch");
 }
 
+static smm_status gpu_epilogue(smm_context *ctx, const smm_epilogue_args *a)
+{
+    gpuError_t e = smm_gpu_launch_epilogue(a, stream_of(ctx));
+    return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "epilogue kernel launch");
+}
+
 /* ------------------------------------------------------------------ */
 /* Entry point                                                         */
 /* ------------------------------------------------------------------ */
@@ -344,6 +351,7 @@ SMM_PLUGIN_EXPORT const smm_backend_ops *smm_gpu_plugin_entry(int abi, const cha
     gpu_ops.fini = NULL;
     gpu_ops.mm = gpu_mm;
     gpu_ops.quantize = gpu_quantize;
+    gpu_ops.epilogue = gpu_epilogue;
     gpu_ops.packed_format = gpu_packed_format;
     gpu_ops.pack_b = gpu_pack_b;
     gpu_ops.dev_malloc = gpu_dev_malloc;

@@ -1,6 +1,6 @@
 /*
  * kernels.h - the GPU kernels' host-side launchers (select.hip,
- * quantize.hip), called by the backend glue (backend.hip), and the internal
+ * quantize.hip, epilogue.hip), called by the backend glue (backend.hip), and the internal
  * interface that forces a GEMM kernel (tests/check_gpu_kernels.c). Shared by AMD (hipcc / clang -x hip) and NVIDIA
  * (nvcc -x cu) builds through gpu_compat.h.
  *
@@ -29,6 +29,10 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
 
 /* One smm_quantize_i8 problem, every mode of the contract. */
 gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t stream);
+
+/* One smm_scaled_epilogue problem (m > 0, n > 0; colsum_b set exactly
+ * when azp is), epilogue.hip. */
+gpuError_t smm_gpu_launch_epilogue(const smm_epilogue_args *a, gpuStream_t stream);
 
 #endif /* SMM_GPU_FORCE_ONLY */
 
