@@ -329,9 +329,9 @@ def test_packed_not_picklable(rng):
     import pickle
 
     pb = valid(rng)["pb"]
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError, match="cannot be pickled or copied"):
         pickle.dumps(pb)
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError, match="cannot be pickled or copied"):
         copy.deepcopy(pb)
 
 

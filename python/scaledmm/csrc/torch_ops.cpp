@@ -545,6 +545,21 @@ TORCH_LIBRARY(scaledmm, m)
         .def("backend", [](const PackedBPtr &self) -> std::string {
             return smm_backend_name(static_cast<smm_backend>(self->backend));
         })
+        // Not picklable (the packed data lives in library memory, on a
+        // device): pickle and copy.deepcopy raise TypeError, the error
+        // pickling code expects of an object it cannot serialize (e.g.
+        // inductor's benchmark harness, which then skips the object).
+        .def_pickle(
+            [](const PackedBPtr &self) -> std::string {
+                TORCH_CHECK_TYPE(false, "a scaledmm PackedB (", self->n, " x ", self->k,
+                                 ") cannot be pickled or copied: keep the int8 weight and "
+                                 "pack it again");
+                return std::string();
+            },
+            [](std::string) -> PackedBPtr {
+                TORCH_CHECK_TYPE(false, "a scaledmm PackedB cannot be unpickled");
+                return PackedBPtr();
+            })
         // The state torch.compile guards on and rebuilds its fake object from
         // (scaledmm/torch.py registers the fake class).
         .def("__obj_flatten__", [](const PackedBPtr &self) {
