@@ -5,6 +5,7 @@ Importing this module makes the operators available as torch.ops.scaledmm.*:
     scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None, azp=None) -> Tensor
     scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out) -> ()
     gemm_s8s8s32(a, b) -> Tensor
+    scaled_epilogue(acc, scale_a, scale_b, out_dtype, bias=None, azp=None, colsum_b=None) -> Tensor
     quantize_i8(x, scale=None, azp=None, symmetric=True) -> (q, scale, azp)
     pack_b(weight) -> PackedB
     scaled_mm_packed(a, b: PackedB, scale_a, scale_b, out_dtype, bias=None, azp=None) -> Tensor
@@ -120,6 +121,13 @@ def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, azp, out):
 def _gemm_fake(a, b):
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: "scaledmm.gemm_s8s8s32: a and b must be 2-D")
     return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.int32)
+
+
+@torch.library.register_fake("scaledmm::scaled_epilogue")
+def _scaled_epilogue_fake(acc, scale_a, scale_b, out_dtype, bias=None, azp=None, colsum_b=None):
+    torch._check(acc.dim() == 2, lambda: "scaledmm.scaled_epilogue: acc must be 2-D")
+    torch._check(acc.dtype == torch.int32, lambda: "scaledmm.scaled_epilogue: acc must be int32")
+    return acc.new_empty(acc.shape, dtype=out_dtype)
 
 
 @torch.library.register_fake("scaledmm::quantize_i8")
@@ -380,6 +388,36 @@ def gemm_s8s8s32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The raw accumulators a @ b.T as int32 [M, N], wrapping modulo 2^32
     (exact whenever K <= 131071). a: int8 [M, K]; b: int8 [N, K]."""
     return ops.gemm_s8s8s32(a, b)
+
+
+def scaled_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                    out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
+                    azp: Optional[torch.Tensor] = None,
+                    colsum_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The epilogue of scaled_mm alone, on int32 accumulators (the library's
+    smm_scaled_epilogue; doc/numerics.md, "Epilogue"):
+
+        acc' = acc - azp[m] * colsum_b[n]      (int32, wrapping; with azp)
+        out  = the scaled_mm epilogue of acc' with scale_a, scale_b, bias
+
+    Bit for bit scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp) when
+    acc = gemm_s8s8s32(a, b) and colsum_b = the int32 column sums of b
+    (b.sum(dim=1, dtype=torch.int32)), also when acc is the wrapping int32
+    sum of the accumulators of slices of K (tensor parallelism:
+    scaledmm.distributed, doc/tensor-parallel.md).
+
+    acc: int32 [M, N] (rows may be strided, last dimension contiguous);
+    scale_a: float32, 1 (per-tensor) or M (per-token) elements; scale_b:
+    float32, 1 or N (per-channel); bias: float32 [N] or None; azp: int32
+    activation zero points, 1 or M elements, or None; colsum_b: int32 [N],
+    required with azp (ignored without); out_dtype: torch.float32, float16
+    or bfloat16. Every tensor on acc's device (CPU or CUDA). Returns out
+    [M, N] of out_dtype, row-major.
+    Raises TypeError (a dtype), ValueError (a shape or length, a tensor not
+    contiguous, a tensor on another device, azp without colsum_b) or
+    RuntimeError (the library's errors); nothing is written then.
+    """
+    return ops.scaled_epilogue(acc, scale_a, scale_b, out_dtype, bias, azp, colsum_b)
 
 
 def quantize_i8(x: torch.Tensor, scale: Optional[torch.Tensor] = None,

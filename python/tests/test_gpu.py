@@ -233,6 +233,27 @@ def call_packed(t, pb, dt, out=None):
     return out
 
 
+def test_scaled_epilogue_cuda(rng):
+    """scaled_epilogue on CUDA accumulators (summed over two slices of K)
+    gives the bits of scaled_mm on the whole K, with bias and azp."""
+    g = torch.Generator().manual_seed(int(rng.integers(1 << 62)))
+    m, n, k = 9, 40, 300
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g).to(DEV)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g).to(DEV)
+    sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(DEV)
+    sb = (torch.rand(n, generator=g) * 0.02 + 1e-3).to(DEV)
+    bias = torch.randn(n, generator=g).to(DEV)
+    azp = torch.randint(-128, 128, (m,), dtype=torch.int32, generator=g).to(DEV)
+    colsum = b.cpu().sum(dim=1, dtype=torch.int64).to(torch.int32).to(DEV)
+    acc = (smt.ops.gemm_s8s8s32(a[:, :100].contiguous(), b[:, :100].contiguous()) +
+           smt.ops.gemm_s8s8s32(a[:, 100:].contiguous(), b[:, 100:].contiguous()))
+    for dt in (torch.float32, torch.bfloat16):
+        for z in (None, azp):
+            want = smt.ops.scaled_mm(a, b, sa, sb, dt, bias, z)
+            got = smt.scaled_epilogue(acc, sa, sb, dt, bias, z, colsum)
+            assert torch.equal(got.cpu().view(torch.uint8), want.cpu().view(torch.uint8))
+
+
 def test_packed_cuda(rng):
     """A weight packed on the GPU: the bits of scaled_mm with the unpacked
     weight and of the reference, over shapes, epilogues and dtypes."""

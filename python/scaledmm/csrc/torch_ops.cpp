@@ -457,6 +457,56 @@ at::Tensor gemm_s8s8s32(const at::Tensor &a, const at::Tensor &b)
     return out;
 }
 
+// scaled_epilogue(acc, scale_a, scale_b, out_dtype, bias=None, azp=None,
+// colsum_b=None) -> out: smm_scaled_epilogue on int32 accumulators [M, N],
+// e.g. summed across tensor-parallel ranks.
+at::Tensor scaled_epilogue(const at::Tensor &acc, const at::Tensor &scale_a,
+                           const at::Tensor &scale_b, c10::ScalarType out_dtype,
+                           const c10::optional<at::Tensor> &bias,
+                           const c10::optional<at::Tensor> &azp,
+                           const c10::optional<at::Tensor> &colsum_b)
+{
+    const char *op = "scaled_epilogue";
+    smm_epilogue_args args{};
+    args.c_dtype = float_code(out_dtype, op, "out_dtype");
+    args.ldacc = leading_dim(acc, at::kInt, op, "acc");
+    const int64_t m = acc.size(0), n = acc.size(1);
+    args.m = m;
+    args.n = n;
+    same_device(acc, scale_a, op, "scale_a", "acc");
+    same_device(acc, scale_b, op, "scale_b", "acc");
+    args.scale_a_len = vector_len(scale_a, at::kFloat, 1, m, op, "scale_a");
+    args.scale_b_len = vector_len(scale_b, at::kFloat, 1, n, op, "scale_b");
+    if (bias) {
+        same_device(acc, *bias, op, "bias", "acc");
+        vector_len(*bias, at::kFloat, n, n, op, "bias");
+        args.bias = bias->data_ptr<float>();
+    }
+    if (azp) {
+        same_device(acc, *azp, op, "azp", "acc");
+        args.azp_len = vector_len(*azp, at::kInt, 1, m, op, "azp");
+        args.azp = azp->data_ptr<int32_t>();
+        TORCH_CHECK_VALUE(colsum_b.has_value(), "scaledmm.", op,
+                          ": azp needs colsum_b (the int32 column sums of the weight over all "
+                          "of K)");
+        same_device(acc, *colsum_b, op, "colsum_b", "acc");
+        vector_len(*colsum_b, at::kInt, n, n, op, "colsum_b");
+        args.colsum_b = colsum_b->data_ptr<int32_t>();
+    }
+    at::Tensor out = at::empty({m, n}, acc.options().dtype(out_dtype));
+    if (m == 0 || n == 0)
+        return out;
+    args.acc = acc.data_ptr<int32_t>();
+    args.scale_a = scale_a.data_ptr<float>();
+    args.scale_b = scale_b.data_ptr<float>();
+    args.c = out.data_ptr();
+    args.ldc = n;
+    c10::DeviceGuard guard(acc.device());
+    smm_context *ctx = context_on(acc.device());
+    check_status(ctx, smm_scaled_epilogue(ctx, &args), op);
+    return out;
+}
+
 // quantize_i8(x, scale=None, azp=None, symmetric=True) -> (q, scale, azp)
 // scale given: static per-tensor (azp: optional zero point); else dynamic
 // per-token, producing scale [M] and, unless symmetric, azp [M]. A
@@ -577,6 +627,8 @@ TORCH_LIBRARY(scaledmm, m)
     m.def("scaled_mm_out(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
           "Tensor? azp, Tensor(a!) out) -> ()");
     m.def("gemm_s8s8s32(Tensor a, Tensor b) -> Tensor");
+    m.def("scaled_epilogue(Tensor acc, Tensor scale_a, Tensor scale_b, ScalarType out_dtype, "
+          "Tensor? bias=None, Tensor? azp=None, Tensor? colsum_b=None) -> Tensor");
     m.def("pack_b(Tensor weight) -> __torch__.torch.classes.scaledmm.PackedB");
     m.def("scaled_mm_packed(Tensor a, __torch__.torch.classes.scaledmm.PackedB b, "
           "Tensor scale_a, Tensor scale_b, ScalarType out_dtype, Tensor? bias=None, "
@@ -601,6 +653,7 @@ TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
     m.impl("scaled_mm", &scaled_mm);
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);
+    m.impl("scaled_epilogue", &scaled_epilogue);
     m.impl("quantize_i8", &quantize_i8);
     m.impl("linear_packed", &linear_packed);
 }
@@ -613,6 +666,7 @@ TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
     m.impl("scaled_mm", &scaled_mm);
     m.impl("scaled_mm_out", &scaled_mm_out);
     m.impl("gemm_s8s8s32", &gemm_s8s8s32);
+    m.impl("scaled_epilogue", &scaled_epilogue);
     m.impl("quantize_i8", &quantize_i8);
     m.impl("linear_packed", &linear_packed);
 }
