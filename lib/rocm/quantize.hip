@@ -1,38 +1,17 @@
 /*
  * quantize.hip - smm_quantize_i8 on the GPU, every mode of the numerics
  * contract (doc/numerics.md, "Quantization of activations"), bit for bit
- * equal to lib/reference.c:
- *   static symmetric:    q = rne_sat_i8(x / s)                    true division
- *   static asymmetric:   q = sat_i8(rne_sat_i32(x * fl(1/s)) + z) sum in 64-bit
- *   dynamic symmetric:   amax = max |x| (from +0, NaN ignored); scale = amax / 127;
- *                        inv = amax == 0 ? 0 : 127 / amax; q = rne_sat_i8(x * inv)
- *   dynamic asymmetric:  mn / mx from +-FLT_MAX, NaN ignored; s = (mx - mn) / 255;
- *                        if s > 0, s and fl(1/s) finite:
- *                          z = rne_sat_i32(-128 - mn / s), q as static asymmetric
- *                        else the symmetric row and azp = 0
+ * equal to lib/reference.c, in the forms of quant_ops.h (which the decode
+ * kernel that quantizes its own tokens, gemm_decode.hip, shares).
  * Inputs F32, F16, BF16 (row-major, ldx elements), widened to float exactly;
  * q int8 row-major (ldq elements); all pointers are device pointers.
  *
- * Shared by AMD (clang -x hip) and NVIDIA (nvcc -x cu) builds. Every float
- * operation is one IEEE binary32 operation rounded to nearest even: on
- * NVIDIA through the __fdiv_rn / __fmul_rn / __fsub_rn intrinsics (no
- * contraction, no approximate division whatever the flags); on AMD through
- * the plain operators, which clang keeps correctly rounded for HIP
- * (-fhip-fp32-correctly-rounded-divide-sqrt is its default) with
- * -ffp-contract=off and -fno-gpu-flush-denormals-to-zero, as configure
- * passes them. Rounding to integers: rintf / __builtin_rintf (nearest even),
- * then the reference's clamps on the float, then an exact cast.
+ * Shared by AMD (clang -x hip) and NVIDIA (nvcc -x cu) builds.
  *
  * Work split: the static modes use one block per row (grid-strided over the
  * rows), the threads striding over k. The dynamic modes use one block per
  * row as well: each thread reduces its k's, then a shared-memory tree
- * reduces the block. The contract's max and min with NaN ignored are
- * order-independent (the maximum of a set is the set's maximum however it
- * is taken; the one order-dependent detail, which of +0 and -0 a min or
- * max over equal zeros keeps, cannot reach any output: -128 - (+-0 / s),
- * mx - (+-0) and (+-0) - mn are equal for either sign, and a row whose
- * min and max are both zeros takes the symmetric path with |x|), so every
- * tree gives the reference's result.
+ * reduces the block (any tree gives the reference's result: quant_ops.h).
  *
  * The launcher queues one kernel on the stream and returns the launch
  * status; m > 0 and every argument has been validated by lib/check.c.
@@ -49,6 +28,7 @@
  * memory another wrote before that kernel's wait.
  */
 #include "launch.h"
+#include "quant_ops.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -57,113 +37,6 @@ namespace {
 
 enum { QBLOCK = 256 }; /* threads per block */
 enum { QMAX_GRID = 65535 };
-
-/* ------------------------------------------------------------------ */
-/* Exact float helpers                                                 */
-/* ------------------------------------------------------------------ */
-
-SMM_DEV float q_div(float a, float b)
-{
-#if defined(SMM_GPU_NVIDIA)
-    return __fdiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
-
-SMM_DEV float q_mul(float a, float b)
-{
-#if defined(SMM_GPU_NVIDIA)
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-
-SMM_DEV float q_sub(float a, float b)
-{
-#if defined(SMM_GPU_NVIDIA)
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-
-/* Round to the nearest integer, ties to even (NaN and +-Inf as they are). */
-SMM_DEV float q_rint(float v)
-{
-#if defined(SMM_GPU_NVIDIA)
-    return rintf(v);
-#else
-    return __builtin_rintf(v);
-#endif
-}
-
-SMM_DEV bool q_isnan(float v)
-{
-    return v != v;
-}
-
-/* |v|: clears the sign bit (fabsf without a math library). */
-SMM_DEV float q_abs(float v)
-{
-    return __uint_as_float(__float_as_uint(v) & 0x7FFFFFFFu);
-}
-
-/* Finite: neither NaN nor +-Inf. */
-SMM_DEV bool q_isfinite(float v)
-{
-    return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u;
-}
-
-/* sat_i8: clamp an integer to [-128, 127]. */
-SMM_DEV int8_t q_sat_i8(int64_t v)
-{
-    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
-}
-
-/* rne_sat_i8: NaN -> 0; round to nearest even; clamp on the float. */
-SMM_DEV int8_t q_rne_sat_i8(float v)
-{
-    float r;
-
-    if (q_isnan(v))
-        return 0;
-    r = q_rint(v);
-    if (r <= -128.0f)
-        return -128;
-    if (r >= 127.0f)
-        return 127;
-    return (int8_t)(int)r;
-}
-
-/* rne_sat_i32: as rne_sat_i8, into [INT32_MIN, INT32_MAX] (2^31 is the
- * first float above INT32_MAX). */
-SMM_DEV int32_t q_rne_sat_i32(float v)
-{
-    float r;
-
-    if (q_isnan(v))
-        return 0;
-    r = q_rint(v);
-    if (r <= -2147483648.0f)
-        return INT32_MIN;
-    if (r >= 2147483648.0f)
-        return INT32_MAX;
-    return (int32_t)r;
-}
-
-/* The contract's max / min with NaN ignored (any NaN, quiet or signaling,
- * leaves `running` as is; `running` is never NaN). */
-SMM_DEV float q_max(float running, float v)
-{
-    return (!q_isnan(v) && v > running) ? v : running;
-}
-
-SMM_DEV float q_min(float running, float v)
-{
-    return (!q_isnan(v) && v < running) ? v : running;
-}
 
 /* ------------------------------------------------------------------ */
 /* Inputs                                                              */
@@ -216,12 +89,12 @@ smm_q_static(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int6
         int8_t *qr = q + i * ldq;
         if (azp == NULL) {
             for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
-                qr[kk] = q_rne_sat_i8(q_div(q_load<DT>(xr, kk), s));
+                qr[kk] = q_static_sym(q_load<DT>(xr, kk), s);
         } else {
             const float inv = q_div(1.0f, s);
-            const int64_t z = azp[0];
+            const int32_t z = azp[0];
             for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
-                qr[kk] = q_sat_i8((int64_t)q_rne_sat_i32(q_mul(q_load<DT>(xr, kk), inv)) + z);
+                qr[kk] = q_scaled_asym(q_load<DT>(xr, kk), inv, z);
         }
     }
 }
@@ -250,12 +123,12 @@ template <int DT>
 SMM_DEV void q_row_symmetric(const void *xr, int8_t *qr, int64_t k, float amax, float *scale_out,
                              int32_t *azp_out)
 {
-    const float inv = amax == 0.0f ? 0.0f : q_div(127.0f, amax);
+    const float inv = q_sym_inv(amax);
 
     for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
-        qr[kk] = q_rne_sat_i8(q_mul(q_load<DT>(xr, kk), inv));
+        qr[kk] = q_scaled_sym(q_load<DT>(xr, kk), inv);
     if (SMM_TID_X == 0) {
-        *scale_out = q_div(amax, 127.0f);
+        *scale_out = q_sym_scale(amax);
         if (azp_out != NULL)
             *azp_out = 0;
     }
@@ -303,8 +176,9 @@ smm_q_dynamic_asym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m
         mn = q_block_reduce<1>(mn, sh);
         mx = q_block_reduce<0>(mx, sh);
 
-        s = q_div(q_sub(mx, mn), 255.0f);
-        if (!(s > 0.0f && q_isfinite(s) && q_isfinite(q_div(1.0f, s)))) {
+        float inv;
+        int32_t z;
+        if (!q_asym_params(mn, mx, &s, &inv, &z)) {
             float amax = 0.0f;
             for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
                 amax = q_max(amax, q_abs(q_load<DT>(xr, kk)));
@@ -313,11 +187,8 @@ smm_q_dynamic_asym(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m
             continue;
         }
         {
-            const float inv = q_div(1.0f, s);
-            const int32_t z = q_rne_sat_i32(q_sub(-128.0f, q_div(mn, s)));
             for (int64_t kk = SMM_TID_X; kk < k; kk += QBLOCK)
-                qr[kk] = q_sat_i8((int64_t)q_rne_sat_i32(q_mul(q_load<DT>(xr, kk), inv)) +
-                                  (int64_t)z);
+                qr[kk] = q_scaled_asym(q_load<DT>(xr, kk), inv, z);
             if (SMM_TID_X == 0) {
                 scale[i] = s;
                 azp[i] = z;
