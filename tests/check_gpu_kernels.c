@@ -473,19 +473,21 @@ typedef struct pipe_case {
 } pipe_case;
 
 static const pipe_case graph_cases[] = {
-    {1, 4096, 1024, 1, 0, 0, {SMM_GPU_KERNEL_DECODE, 1, 1, 0, 1, 0, 0}},
-    {16, 6144, 1024, 1, 1, 0, {SMM_GPU_KERNEL_DECODE, 2, 1, 0, 1, 0, 0}},
+    {1, 4096, 1024, 1, 0, 0, {SMM_GPU_KERNEL_DECODE, 1, 1, 0, 1, 0, 0, 0}},
+    {16, 6144, 1024, 1, 1, 0, {SMM_GPU_KERNEL_DECODE, 2, 1, 0, 1, 0, 0, 0}},
     {1, 8000, 3000, 1, 0, 0, {0}},
-    {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0}},
+    {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0, 0}},
     {24, 26000, 256, 0, 0, 0, {0}},
     {32, 4096, 1024, 1, 1, 0, {0}},
     {28, 6144, 4096, 0, 2, 0, {0}},
-    {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
-    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0}},
-    {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0}},
+    {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0}},
+    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0}},
+    {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0, 0}},
     {1024, 4352, 128, 0, 2, 0, {0}},
     {300, 1000, 200, 0, 0, 0, {0}},
     {40, 300, 77, 0, 0, 1, {0}},
+    {1, 4096, 4096, 1, 2, 0, {0}},
+    {3, 6144, 1000, 0, 2, 0, {0, 0, 0, 0, 0, 0, 0, 1}},
 };
 
 /* CUDA's driver API (libcuda.so.1, loaded by the runtime the plugin
@@ -886,6 +888,244 @@ START_TEST(test_chain)
 }
 END_TEST
 
+/* ---- smm_linear in one launch ---- */
+
+/* An activation for the fused cases: special values now and then, and
+ * whole rows of zeros or of one value (the quantizer's degenerate rows). */
+static float x_value(cf_rng *r, int row_kind, float mag)
+{
+    if (row_kind == 1)
+        return 0.0f;
+    if (row_kind == 2)
+        return mag;
+    if (cf_rng_range(r, 0, 199) == 0)
+        return f32_of_bits(0x7FA00001u); /* a signaling NaN */
+    return rnd_float(r, 1, mag);
+}
+
+/* smm_linear on the GPU against the reference (quantize, then scaled mm) at
+ * M <= 6: the DECODE kernel quantizing its own tokens (forced, chosen by
+ * the rules, or off), every mode, x type and output type, K with and
+ * without a tail, x rows aligned or not (not: two launches). C, q (with
+ * the bytes between rows and around the buffers), scales and zero points
+ * compared bitwise, outputs poisoned first. In half of the cases x is the
+ * output of a slow scaled mm queued just before on the same stream (as a
+ * layer's input is the previous layer's output): a fused kernel that read
+ * x before its wait would read the poison. */
+START_TEST(test_linear_fused)
+{
+    if (gpu_backend != SMM_BACKEND_CUDA) {
+        printf("check_gpu_kernels: fused linear: not on %s (NVIDIA only)\n",
+               smm_backend_name(gpu_backend));
+        return;
+    }
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    smm_context *g = tu_ctx(gpu_backend, 0);
+    cf_rng r = tu_rng("linear-fused");
+    static const smm_dtype xt[] = {SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16};
+    static const smm_dtype ct[] = {SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16};
+    static const int64_t ks[] = {16, 17, 31, 64, 65, 100, 127, 256, 1000, 4096, 4100, 8192, 14336};
+    static const int64_t ns[] = {1, 16, 17, 48, 100, 512, 2000, 4096, 6144};
+    const int cases = 400;
+    long fused_runs = 0, fused_expected = 0;
+
+    find_force_interface();
+    for (int i = 0; i < cases; i++) {
+        const int64_t m = cf_rng_range(&r, 0, 5) == 0 ? cf_rng_range(&r, 5, 6)
+                                                       : cf_rng_range(&r, 1, 4);
+        const int64_t n = pick(&r, ns, (int)(sizeof ns / sizeof ns[0]));
+        const int64_t k = pick(&r, ks, (int)(sizeof ks / sizeof ks[0]));
+        const smm_dtype xd = xt[cf_rng_range(&r, 0, 2)], cd = ct[cf_rng_range(&r, 0, 2)];
+        const size_t es = dtype_size(xd), cs = dtype_size(cd);
+        const int64_t per = 16 / (int64_t)es; /* elements per 16 bytes */
+        const int x_aligned = cf_rng_range(&r, 0, 7) != 0;
+        const int64_t ldx = x_aligned ? (k + per - 1) / per * per + per * cf_rng_range(&r, 0, 1)
+                                      : k + 1 + cf_rng_range(&r, 0, 2);
+        const int64_t ldq = (k + 15) / 16 * 16 + 16 * cf_rng_range(&r, 0, 1);
+        const int dynamic = cf_rng_range(&r, 0, 3) != 0, asym = (int)cf_rng_range(&r, 0, 1);
+        const int packed = (int)cf_rng_range(&r, 0, 2) != 0, bias = (int)cf_rng_range(&r, 0, 1);
+        const int fuse = (int)cf_rng_range(&r, -1, 1);
+        /* a raw B's rows padded to 16 bytes (a packed B is dense, ldb K) */
+        const int64_t ldb = packed ? k : (k + 15) / 16 * 16;
+        /* x produced by a slow mm just before (its C, ldc = ldx) */
+        const int late = (int)cf_rng_range(&r, 0, 1);
+        const size_t xb = (size_t)((m - 1) * ldx + k) * es, qb = (size_t)((m - 1) * ldq + k);
+        const size_t cb = (size_t)(m * n) * cs, guard = 64;
+        const size_t xbuf = (size_t)(m * ldx) * es; /* whole rows (the late mm writes them) */
+
+        unsigned char *x = calloc(xbuf, 1), *c_ref = malloc(cb + 2 * guard),
+                      *c_gpu = malloc(cb + 2 * guard);
+        int8_t *q_ref = malloc(qb + 2 * guard), *q_gpu = malloc(qb + 2 * guard);
+        int8_t *b = malloc((size_t)(n * ldb));
+        float *sb = malloc(4 * (size_t)n), *bv = malloc(4 * (size_t)n);
+        float s_ref[8], s_gpu[8];
+        int32_t z_ref[8], z_gpu[8];
+        ck_assert(x && c_ref && c_gpu && q_ref && q_gpu && b && sb && bv);
+        for (int64_t row = 0; row < m; row++) {
+            const int kind = cf_rng_range(&r, 0, 9) == 0 ? (int)cf_rng_range(&r, 1, 2) : 0;
+            const float mag = cf_rng_range(&r, 0, 5) == 0 ? 3e4f : 4.0f;
+            for (int64_t j = 0; j < (row == m - 1 ? k : ldx); j++) {
+                const float v = x_value(&r, kind, mag);
+                const size_t off = (size_t)(row * ldx + j) * es;
+                if (es == 4) {
+                    memcpy(x + off, &v, 4);
+                } else {
+                    const uint16_t h =
+                        xd == SMM_DTYPE_F16 ? smm_f32_to_f16(v) : smm_f32_to_bf16(v);
+                    memcpy(x + off, &h, 2);
+                }
+            }
+        }
+        for (int64_t j = 0; j < n * ldb; j++)
+            b[j] = (int8_t)cf_rng_range(&r, -128, 127);
+        for (int64_t j = 0; j < n; j++)
+            sb[j] = rnd_float(&r, 0, 0.01f), bv[j] = rnd_float(&r, 0, 3.0f);
+        for (int j = 0; j < 8; j++) {
+            s_ref[j] = dynamic ? -1.0f : (float)cf_rng_range(&r, 1, 1000) / 256.0f;
+            z_ref[j] = dynamic ? -7 : (int32_t)cf_rng_range(&r, -100, 100);
+        }
+        memcpy(s_gpu, s_ref, sizeof s_ref), memcpy(z_gpu, z_ref, sizeof z_ref);
+        for (size_t j = 0; j < cb + 2 * guard; j++)
+            c_ref[j] = (unsigned char)(0xA5 ^ (j * 7));
+        for (size_t j = 0; j < qb + 2 * guard; j++)
+            q_ref[j] = (int8_t)(0x5A ^ (j * 3));
+        memcpy(c_gpu, c_ref, cb + 2 * guard), memcpy(q_gpu, q_ref, qb + 2 * guard);
+
+        smm_linear_args l;
+        memset(&l, 0, sizeof l);
+        l.m = m, l.n = n, l.k = k, l.x = x, l.x_dtype = xd, l.ldx = ldx;
+        l.mode = dynamic ? SMM_QUANT_DYNAMIC_PER_TOKEN : SMM_QUANT_STATIC_PER_TENSOR;
+        l.asymmetric = asym, l.x_scale = s_ref, l.x_azp = asym ? z_ref : NULL;
+        l.q = q_ref + guard, l.ldq = ldq, l.b = b, l.ldb = ldb, l.scale_b = sb;
+        l.scale_b_len = n, l.bias = bias ? bv : NULL, l.c = c_ref + guard, l.ldc = n;
+        l.c_dtype = cd;
+
+        void *bx, *bq, *bb, *bsb, *bbv, *bc, *bs, *bz, *late_bufs[4] = {NULL, NULL, NULL, NULL};
+        smm_packed_b *late_mm = NULL;
+        unsigned char *dx = to_dev(g, x, xbuf, 0, &bx);
+        int8_t *dq = to_dev(g, q_gpu, qb + 2 * guard, 0, &bq);
+        const int8_t *db = to_dev(g, b, (size_t)(n * ldb), 0, &bb);
+        const float *dsb = to_dev(g, sb, 4 * (size_t)n, 0, &bsb);
+        const float *dbv = to_dev(g, bv, 4 * (size_t)n, 0, &bbv);
+        unsigned char *dc = to_dev(g, c_gpu, cb + 2 * guard, 0, &bc);
+        float *ds = to_dev(g, s_gpu, sizeof s_gpu, 0, &bs);
+        int32_t *dz = to_dev(g, z_gpu, sizeof z_gpu, 0, &bz);
+        smm_packed_b *pb = NULL;
+        if (packed)
+            ck_assert_int_eq(smm_pack_b(g, n, k, db, ldb, &pb), SMM_OK);
+        if (late) {
+            /* x = the output of mm1 (M x ldx, ldc = ldx, x's type) from
+             * random int8 A1 (M x 64) and a packed B1, forced onto the
+             * decode kernel's slowest form (four row groups per block) and
+             * queued just before the call without a synchronisation; the
+             * reference computes the same chain. x's device copy holds
+             * poison until mm1 writes it. */
+            const int64_t k1 = 64;
+            int8_t *a1 = malloc((size_t)(m * k1)), *b1 = malloc((size_t)(ldx * k1));
+            float *sa1 = malloc(4 * (size_t)m), *sb1 = malloc(4 * (size_t)ldx);
+            unsigned char *poison = malloc(xb);
+            ck_assert(a1 && b1 && sa1 && sb1 && poison);
+            for (int64_t j = 0; j < m * k1; j++)
+                a1[j] = (int8_t)cf_rng_range(&r, -128, 127);
+            for (int64_t j = 0; j < ldx * k1; j++)
+                b1[j] = (int8_t)cf_rng_range(&r, -128, 127);
+            for (int64_t j = 0; j < m; j++)
+                sa1[j] = (float)cf_rng_range(&r, 1, 100) / 64.0f;
+            for (int64_t j = 0; j < ldx; j++)
+                sb1[j] = (float)cf_rng_range(&r, 1, 100) / 8192.0f;
+            for (size_t j = 0; j < xb; j++)
+                poison[j] = (unsigned char)(0xC3 ^ j);
+            smm_scaled_mm_args a;
+            memset(&a, 0, sizeof a);
+            a.m = m, a.n = ldx, a.k = k1, a.a = a1, a.lda = k1, a.b = b1, a.ldb = k1;
+            a.scale_a = sa1, a.scale_a_len = m, a.scale_b = sb1, a.scale_b_len = ldx;
+            a.c = x, a.ldc = ldx, a.c_dtype = xd;
+            ck_assert_int_eq(smm_scaled_mm(ref, &a), SMM_OK);
+            void *ba1, *bb1, *bsa1, *bsb1;
+            const int8_t *da1 = to_dev(g, a1, (size_t)(m * k1), 0, &ba1);
+            const int8_t *db1 = to_dev(g, b1, (size_t)(ldx * k1), 0, &bb1);
+            const float *dsa1 = to_dev(g, sa1, 4 * (size_t)m, 0, &bsa1);
+            const float *dsb1 = to_dev(g, sb1, 4 * (size_t)ldx, 0, &bsb1);
+            smm_packed_b *p1 = NULL;
+            ck_assert_int_eq(smm_pack_b(g, ldx, k1, db1, k1, &p1), SMM_OK);
+            ck_assert_int_eq(smm_memcpy(g, dx, poison, xb, SMM_MEMCPY_HOST_TO_DEVICE), SMM_OK);
+            ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+            smm_gpu_force slow;
+            memset(&slow, 0, sizeof slow);
+            slow.kernel = SMM_GPU_KERNEL_DECODE, slow.groups = 4, slow.cluster = 1;
+            force_set(&slow);
+            a.a = da1, a.b = NULL, a.b_packed = p1, a.scale_a = dsa1, a.scale_b = dsb1;
+            a.c = dx;
+            ck_assert_int_eq(smm_scaled_mm(g, &a), SMM_OK);
+            force_set(NULL);
+            late_mm = p1;
+            late_bufs[0] = ba1, late_bufs[1] = bb1, late_bufs[2] = bsa1, late_bufs[3] = bsb1;
+            free(a1), free(b1), free(sa1), free(sb1), free(poison);
+        }
+        ck_assert_int_eq(smm_linear(ref, &l), SMM_OK);
+        smm_gpu_force f;
+        memset(&f, 0, sizeof f);
+        f.fuse = fuse;
+        smm_gpu_counts before, after;
+        kernel_counts(&before);
+        force_set(&f);
+        l.x = dx, l.x_scale = ds, l.x_azp = asym ? dz : NULL, l.q = dq + guard;
+        l.b = packed ? NULL : db, l.b_packed = pb, l.scale_b = dsb, l.bias = bias ? dbv : NULL;
+        l.c = dc + guard;
+        const smm_status st = smm_linear(g, &l);
+        force_set(NULL);
+        ck_assert_int_eq(smm_synchronize(g), SMM_OK);
+        kernel_counts(&after);
+        ck_assert_msg(st == SMM_OK, "smm_linear: %s", smm_context_last_error(g));
+        ck_assert_int_eq(smm_memcpy(g, c_gpu, dc, cb + 2 * guard, SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        ck_assert_int_eq(smm_memcpy(g, q_gpu, dq, qb + 2 * guard, SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        ck_assert_int_eq(smm_memcpy(g, s_gpu, ds, sizeof s_gpu, SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        ck_assert_int_eq(smm_memcpy(g, z_gpu, dz, sizeof z_gpu, SMM_MEMCPY_DEVICE_TO_HOST),
+                         SMM_OK);
+        const int ran_fused = after.decode_fused != before.decode_fused;
+        /* where the fused kernel can run (lib/rocm/select.hip) */
+        const int can = m <= 4 && (m == 1 || (ldx * (int64_t)es) % 16 == 0) &&
+                        (n == 1 || ldb % 16 == 0) && m * ((k + 127) / 128 * 128 + 64) <= 32768;
+        fused_runs += ran_fused;
+        if (fuse == 1 && can)
+            fused_expected++;
+        const char *bad = memcmp(c_ref, c_gpu, cb + 2 * guard) != 0   ? "C"
+                          : memcmp(q_ref, q_gpu, qb + 2 * guard) != 0 ? "q"
+                          : memcmp(s_ref, s_gpu, sizeof s_ref) != 0   ? "x_scale"
+                          : memcmp(z_ref, z_gpu, sizeof z_ref) != 0   ? "x_azp"
+                          : fuse == 1 && can && !ran_fused            ? "(the fused kernel did not run)"
+                          : fuse == -1 && ran_fused                   ? "(the fused kernel ran)"
+                                                                      : NULL;
+        ck_assert_msg(bad == NULL,
+                      "fused linear case %d: %s differs: M %" PRId64 " N %" PRId64 " K %" PRId64
+                      " x %s ldx %" PRId64 " ldq %" PRId64 " C %s %s %s packed %d bias %d "
+                      "fuse %d late %d, fused ran %d",
+                      i, bad, m, n, k, smm_dtype_name(xd), ldx, ldq, smm_dtype_name(cd),
+                      dynamic ? "dynamic" : "static", asym ? "asymmetric" : "symmetric", packed,
+                      bias, fuse, late, ran_fused);
+        smm_packed_b_destroy(pb);
+        smm_free(g, bx), smm_free(g, bq), smm_free(g, bb), smm_free(g, bsb), smm_free(g, bbv);
+        smm_free(g, bc), smm_free(g, bs), smm_free(g, bz);
+        smm_packed_b_destroy(late_mm);
+        for (int j = 0; j < 4; j++)
+            if (late_bufs[j])
+                smm_free(g, late_bufs[j]);
+        free(x), free(c_ref), free(c_gpu), free(q_ref), free(q_gpu), free(b), free(sb), free(bv);
+    }
+    printf("check_gpu_kernels: fused linear: %d cases, %ld ran fused (%ld forced where it can "
+           "run)\n",
+           cases, fused_runs, fused_expected);
+    ck_assert_msg(fused_runs >= fused_expected && fused_expected > 0,
+                  "the fused kernel ran in %ld cases, expected at least %ld", fused_runs,
+                  fused_expected);
+    smm_context_destroy(g);
+    smm_context_destroy(ref);
+}
+END_TEST
+
 /* ---- the output conversion, every binary32 pattern ---- */
 
 /* With A = e0, B's rows e0 (K = 16, rows 16-byte aligned), scale_a = 1
@@ -1002,6 +1242,8 @@ static Suite *gpu_kernels_suite(void)
     tcase_add_test(tc, test_late_inputs);
     tc = tu_tcase(s, "chain", 300);
     tcase_add_test(tc, test_chain);
+    tc = tu_tcase(s, "linear_fused", 600);
+    tcase_add_test(tc, test_linear_fused);
     tc = tu_tcase(s, "convert_all", 900);
     tcase_add_loop_test(tc, test_convert_all, 0, 2);
     return s;

@@ -313,6 +313,20 @@ static smm_status gpu_quantize(smm_context *ctx, const smm_quantize_args *q)
     return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "quantization kernel launch");
 }
 
+static smm_status gpu_linear(smm_context *ctx, const smm_quantize_args *q,
+                             const smm_mm_problem *p)
+{
+    smm_mm_problem r = *p;
+    const bool b_static = r.b_packed != NULL;
+    if (r.b_packed) { /* as gpu_mm */
+        r.b = r.b_packed->rows;
+        r.ldb = r.k;
+        r.b_packed = NULL;
+    }
+    gpuError_t e = smm_gpu_launch_linear(q, &r, b_static, stream_of(ctx));
+    return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "linear layer kernel launch");
+}
+
 static smm_status gpu_epilogue(smm_context *ctx, const smm_epilogue_args *a)
 {
     gpuError_t e = smm_gpu_launch_epilogue(a, stream_of(ctx));
@@ -351,6 +365,7 @@ SMM_PLUGIN_EXPORT const smm_backend_ops *smm_gpu_plugin_entry(int abi, const cha
     gpu_ops.fini = NULL;
     gpu_ops.mm = gpu_mm;
     gpu_ops.quantize = gpu_quantize;
+    gpu_ops.linear = gpu_linear;
     gpu_ops.epilogue = gpu_epilogue;
     gpu_ops.packed_format = gpu_packed_format;
     gpu_ops.pack_b = gpu_pack_b;

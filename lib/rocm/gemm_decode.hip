@@ -32,6 +32,7 @@
  * dependent launch.
  */
 #include "launch.h"
+#include "quant_ops.h"
 
 #if defined(SMM_GPU_NVIDIA)
 
@@ -121,6 +122,236 @@ SMM_DEV int32_t *smm_cluster_map(int32_t *p, unsigned rank)
 #endif
 }
 
+/* The decode kernel's own quantization of its tokens (QX, the x dtype:
+ * SMM_DEC_QX_*), for smm_linear at M <= SMM_DEC_QX_ROWS. */
+enum { SMM_DEC_QX_NONE = 0, SMM_DEC_QX_F32, SMM_DEC_QX_F16, SMM_DEC_QX_BF16 };
+
+/* A row's quantization (quant_ops.h): x / f (the static symmetric mode),
+ * x * f (symmetric), or x * f + z (asymmetric). */
+enum { SMM_DEC_Q_DIV = 0, SMM_DEC_Q_SYM, SMM_DEC_Q_ASYM };
+
+/* Element widening of x (exact). */
+template <int QX> SMM_DEV float smm_dec_widen(uint32_t bits)
+{
+    if (QX == SMM_DEC_QX_F32)
+        return __uint_as_float(bits);
+    if (QX == SMM_DEC_QX_F16)
+        return smm_epi_f16_to_f32((uint16_t)bits);
+    return smm_epi_bf16_to_f32((uint16_t)bits);
+}
+
+/* The raw bits of one piece of x: 16 elements (64 bytes of F32, 32 of F16
+ * or BF16) from element k0 of a row whose base is 16-byte aligned. n < 16:
+ * only the first n elements are read (the rest are zero bits). */
+template <int QX> struct smm_dec_piece {
+    static const int W = QX == SMM_DEC_QX_F32 ? 4 : 2; /* 16-byte words */
+    uint4 w[W];
+};
+
+template <int QX>
+SMM_DEV void smm_dec_piece_load(smm_dec_piece<QX> &pc, const unsigned char *row, int64_t k0, int n)
+{
+    const int es = QX == SMM_DEC_QX_F32 ? 4 : 2;
+    if (n >= 16) {
+#pragma unroll
+        for (int i = 0; i < smm_dec_piece<QX>::W; i++)
+            pc.w[i] = __ldg((const uint4 *)(row + k0 * es) + i);
+        return;
+    }
+    uint32_t u[4 * smm_dec_piece<QX>::W];
+#pragma unroll
+    for (int i = 0; i < 4 * smm_dec_piece<QX>::W; i++)
+        u[i] = 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        if (i < n) {
+            const uint32_t v = es == 4 ? ((const uint32_t *)row)[k0 + i]
+                                       : ((const uint16_t *)row)[k0 + i];
+            if (es == 4)
+                u[i] = v;
+            else
+                u[i / 2] |= v << (16 * (i % 2));
+        }
+#pragma unroll
+    for (int i = 0; i < smm_dec_piece<QX>::W; i++)
+        pc.w[i] = make_uint4(u[4 * i], u[4 * i + 1], u[4 * i + 2], u[4 * i + 3]);
+}
+
+/* Element i (< 16) of a piece, widened. */
+template <int QX> SMM_DEV float smm_dec_piece_at(const smm_dec_piece<QX> &pc, int i)
+{
+    const int per = QX == SMM_DEC_QX_F32 ? 4 : 8; /* elements per word */
+    const uint4 &w = pc.w[i / per];
+    const int j = (i % per) / (per / 4);
+    const uint32_t u = j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
+    if (QX == SMM_DEC_QX_F32)
+        return smm_dec_widen<QX>(u);
+    return smm_dec_widen<QX>((i % 2) ? u >> 16 : u & 0xFFFFu);
+}
+
+/*
+ * Every thread of the block: quantizes rows 0 .. d.m - 1 (d.m <= 4) of x
+ * (fz) into the token rows `tok` (row stride ts, each padded with zeros to
+ * whole 64-byte chunks), exactly as smm_quantize_i8 does (quant_ops.h),
+ * after the block has reduced each row's amax (and min and max) in the
+ * dynamic mode; the grid's block 0 also writes q and, dynamic, the scales
+ * and zero points. Returns with the rows in place (barrier); e's scale_a
+ * and azp then point at the block's copies of the dynamic scales and zero
+ * points (in shared memory). NT threads, one 16-element piece of x each at
+ * a time (two in flight spilled registers), pieces past K zeros.
+ */
+struct smm_dec_rows {
+    const float *scale;   /* the block's copy of the dynamic scales */
+    const int32_t *azp;   /* and zero points (asymmetric) */
+};
+
+template <int QX, int NT>
+SMM_DEV smm_dec_rows smm_dec_tokens(const smm_mm_dims &d, const smm_dec_fuse fz, int8_t *tok,
+                                    int64_t ts)
+{
+    const int NW = NT / 32, MR = SMM_DEC_QX_ROWS;
+    __shared__ float wst[3][NW][MR];             /* per warp: amax, min, max */
+    __shared__ float rf[MR], rs[MR];
+    __shared__ int32_t rz[MR];
+    __shared__ int rk[MR];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int es = QX == SMM_DEC_QX_F32 ? 4 : 2;
+    const int64_t upr = (d.k + 63) / 64 * 4; /* pieces per padded row */
+    const int64_t total = d.m * upr;
+    const bool asym = fz.azp != NULL;
+    const unsigned char *const xb = (const unsigned char *)fz.x;
+    const int64_t ldxb = fz.ldx * es;
+    auto row = [=](int r) { return xb + (int64_t)r * ldxb; };
+
+    if (fz.dynamic) {
+        float a[MR], lo[MR], hi[MR];
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+            a[r] = 0.0f, lo[r] = FLT_MAX, hi[r] = -FLT_MAX;
+        for (int64_t p = tid; p < total; p += NT) {
+            const int r = (int)(p / upr);
+            const int64_t k0 = (p - r * upr) * 16;
+            const int n = (int)min((int64_t)16, d.k - k0);
+            if (n <= 0)
+                continue; /* padding past K */
+            smm_dec_piece<QX> pc;
+            smm_dec_piece_load<QX>(pc, row(r), k0, n);
+            float pa = 0.0f, pl = FLT_MAX, ph = -FLT_MAX;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                if (i < n) {
+                    const float v = smm_dec_piece_at<QX>(pc, i);
+                    pa = q_max(pa, q_abs(v));
+                    pl = q_min(pl, v);
+                    ph = q_max(ph, v);
+                }
+#pragma unroll
+            for (int rr = 0; rr < MR; rr++)
+                if (rr == r) {
+                    a[rr] = q_max(a[rr], pa);
+                    lo[rr] = q_min(lo[rr], pl);
+                    hi[rr] = q_max(hi[rr], ph);
+                }
+        }
+        /* NaN-free values: any reduction order gives the row's (quant_ops.h). */
+#pragma unroll
+        for (int r = 0; r < MR; r++) {
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) {
+                a[r] = q_max(a[r], __shfl_xor_sync(0xffffffffu, a[r], off));
+                lo[r] = q_min(lo[r], __shfl_xor_sync(0xffffffffu, lo[r], off));
+                hi[r] = q_max(hi[r], __shfl_xor_sync(0xffffffffu, hi[r], off));
+            }
+            if (lane == 0)
+                wst[0][warp][r] = a[r], wst[1][warp][r] = lo[r], wst[2][warp][r] = hi[r];
+        }
+        __syncthreads();
+    }
+    if (tid < d.m) {
+        float f, sc;
+        int32_t z = 0;
+        int kind;
+        if (!fz.dynamic) {
+            sc = fz.scale[0];
+            if (asym) {
+                kind = SMM_DEC_Q_ASYM, f = q_div(1.0f, sc), z = fz.azp[0];
+            } else {
+                kind = SMM_DEC_Q_DIV, f = sc;
+            }
+        } else {
+            float am = 0.0f, mn = FLT_MAX, mx = -FLT_MAX;
+            for (int w = 0; w < NW; w++) {
+                am = q_max(am, wst[0][w][tid]);
+                mn = q_min(mn, wst[1][w][tid]);
+                mx = q_max(mx, wst[2][w][tid]);
+            }
+            if (asym && q_asym_params(mn, mx, &sc, &f, &z)) {
+                kind = SMM_DEC_Q_ASYM;
+            } else {
+                kind = SMM_DEC_Q_SYM, f = q_sym_inv(am), sc = q_sym_scale(am), z = 0;
+            }
+            if (blockIdx.x == 0) {
+                fz.scale[tid] = sc;
+                if (asym)
+                    fz.azp[tid] = z;
+            }
+        }
+        rf[tid] = f, rs[tid] = sc, rz[tid] = z, rk[tid] = kind;
+    }
+    __syncthreads();
+
+    /* The rows themselves; block 0 also writes q. */
+    for (int64_t p = tid; p < total; p += NT) {
+        const int r = (int)(p / upr);
+        const int64_t k0 = (p - r * upr) * 16;
+        const int n = (int)max((int64_t)0, min((int64_t)16, d.k - k0));
+        smm_dec_piece<QX> pc;
+        if (n > 0)
+            smm_dec_piece_load<QX>(pc, row(r), k0, n);
+        const int kind = rk[r];
+        const float f = rf[r];
+        const int32_t z = rz[r];
+        uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            if (i < n) {
+                const float v = smm_dec_piece_at<QX>(pc, i);
+                const int8_t qv = kind == SMM_DEC_Q_DIV   ? q_static_sym(v, f)
+                                  : kind == SMM_DEC_Q_SYM ? q_scaled_sym(v, f)
+                                                          : q_scaled_asym(v, f, z);
+                w[i / 4] |= (uint32_t)(uint8_t)qv << (8 * (i % 4));
+            }
+        const uint4 v4 = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint4 *)(tok + r * ts + k0) = v4;
+        if (blockIdx.x == 0 && n > 0) {
+            int8_t *qr = fz.q + r * fz.ldq + k0;
+            if (n == 16) {
+                *(uint4 *)qr = v4;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    if (i < n)
+                        qr[i] = (int8_t)(w[i / 4] >> (8 * (i % 4)));
+            }
+        }
+    }
+    __syncthreads();
+    smm_dec_rows out;
+    out.scale = rs;
+    out.azp = rz;
+    return out;
+}
+
+/* 16 bytes of shared memory at p. */
+SMM_DEV uint4 smm_ld_shared16(const int8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(smm_smem_addr(p)));
+    return v;
+}
+
 /*
  * One block (or one cluster of S blocks, sm_90+): 16 * G consecutive rows
  * of B (output columns n0 .. n0 + 16 G - 1) for all M <= 8 * TG tokens.
@@ -140,9 +371,9 @@ SMM_DEV int32_t *smm_cluster_map(int32_t *p, unsigned rank)
  * aligned rows of A and B. BS: 0, B may be written by the kernel ahead in
  * the stream; 1 or 2, B is a packed B (below).
  */
-template <int TG, int G, int S, int BS>
-__global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>::v))
-smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
+template <int TG, int G, int S, int BS, int QX>
+__device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_params e,
+                                                const smm_dec_fuse &fz)
 {
 #if defined(SMM_HAVE_MMA)
     static_assert(BS != 2 || (S == 1 && (G == 1 || G == 2)),
@@ -245,6 +476,28 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     else
         __syncthreads();
 
+    /* QX: the tokens quantized by this block into shared memory, after the
+     * shared-memory form's weights; the loads below read them there. */
+    const int64_t ts = QX ? smm_dec_tok_stride(d.k) : 0;
+    int8_t *const tok = (int8_t *)(smm_dec_pre + (size_t)d.pre * G * 2 * 32 * SMM_DEC_WARPS);
+    if constexpr (QX != SMM_DEC_QX_NONE) {
+        const smm_dec_rows rows = smm_dec_tokens<QX, SMM_DEC_WARPS * 32>(d, fz, tok, ts);
+        if (fz.dynamic) { /* the epilogue reads them there */
+            e.scale_a = rows.scale;
+            e.scale_a_per_row = 1;
+            if (fz.azp != NULL) {
+                e.azp = rows.azp;
+                e.azp_per_row = 1;
+            }
+        }
+    }
+    auto xload = [&](const int8_t *p) {
+        if constexpr (QX != SMM_DEC_QX_NONE)
+            return smm_ld_shared16(p);
+        else
+            return smm_ld_cached16(p);
+    };
+
     const int8_t *w[G][2];
 #pragma unroll
     for (int j = 0; j < G; j++)
@@ -254,7 +507,8 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
     const int8_t *x[TG];
 #pragma unroll
     for (int t = 0; t < TG; t++)
-        x[t] = d.a + min((int64_t)(8 * t + g), d.m - 1) * d.lda + q * 16;
+        x[t] = QX ? tok + min((int64_t)(8 * t + g), d.m - 1) * ts + q * 16
+                  : d.a + min((int64_t)(8 * t + g), d.m - 1) * d.lda + q * 16;
 
     int32_t acc[G][TG][4];
     int32_t cs[G][2];
@@ -300,7 +554,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         for (int s = 0; s < U; s++)
 #pragma unroll
             for (int t = 0; t < TG; t++)
-                xs[s][t] = smm_ld_cached16(x[t] + (c + s * CS) * 64);
+                xs[s][t] = xload(x[t] + (c + s * CS) * 64);
 #pragma unroll
         for (int s = 0; s < U; s++)
             consume(u0[s], xs[s]);
@@ -325,7 +579,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
             for (int ss = 0; ss < U; ss++)
 #pragma unroll
                 for (int t = 0; t < TG; t++)
-                    xs[ss][t] = smm_ld_cached16(x[t] + (c + ss * CS) * 64);
+                    xs[ss][t] = xload(x[t] + (c + ss * CS) * 64);
 #pragma unroll
             for (int ss = 0; ss < U; ss++) {
                 uint4 u[G][2];
@@ -338,7 +592,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
             uint4 u[G][2], xs[TG];
 #pragma unroll
             for (int t = 0; t < TG; t++)
-                xs[t] = smm_ld_cached16(x[t] + c * 64);
+                xs[t] = xload(x[t] + c * 64);
             wsm(s, u);
             consume(u, xs);
         }
@@ -355,7 +609,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
             }
 #pragma unroll
             for (int t = 0; t < TG; t++)
-                xs[s][t] = smm_ld_cached16(x[t] + off);
+                xs[s][t] = xload(x[t] + off);
         }
 #pragma unroll
         for (int s = 0; s < U; s++)
@@ -370,7 +624,7 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         }
 #pragma unroll
         for (int t = 0; t < TG; t++)
-            xs[t] = smm_ld_cached16(x[t] + c * 64);
+            xs[t] = xload(x[t] + c * 64);
         consume(u, xs);
     }
     if (full * 64 < d.k && (int64_t)rank * SMM_DEC_WARPS + warp == full % CS) {
@@ -384,7 +638,8 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         }
 #pragma unroll
         for (int t = 0; t < TG; t++)
-            xs[t] = smm_load16_guarded(x[t] + full * 64, kk, d.k);
+            xs[t] = QX ? xload(x[t] + full * 64) /* zeros past K */
+                       : smm_load16_guarded(x[t] + full * 64, kk, d.k);
         consume(u, xs);
     }
 
@@ -457,6 +712,22 @@ smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
         }
     }
 #endif
+}
+
+template <int TG, int G, int S, int BS>
+__global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<TG, G>::v))
+smm_decode_kernel(smm_mm_dims d, smm_epi_params e)
+{
+    smm_decode_body<TG, G, S, BS, SMM_DEC_QX_NONE>(d, e, smm_dec_fuse());
+}
+
+/* The decode kernel that quantizes its own tokens: one token group, one
+ * row group, no cluster; QX the x dtype. */
+template <int BS, int QX>
+__global__ void __launch_bounds__(SMM_DEC_WARPS * 32, (smm_dec_minblocks<1, 1>::v))
+smm_decode_fused_kernel(smm_mm_dims d, smm_epi_params e, smm_dec_fuse fz)
+{
+    smm_decode_body<1, 1, 1, BS, QX>(d, e, fz);
 }
 
 /* d(64 x NT) = A(64 x 32, smem) * B(NT x 32, smem)^T + (acc ? d : 0),
@@ -1522,6 +1793,85 @@ gpuError_t smm_launch_decode_mma(const smm_mm_dims &d, const smm_epi_params &e, 
     case 2: return smm_launch_decode_tg<2>(d, e, g, s, stream);
     case 3: return smm_launch_decode_tg<3>(d, e, g, s, stream);
     default: return smm_launch_decode_tg<4>(d, e, g, s, stream);
+    }
+}
+
+/* Launches of the decode kernel that quantizes its tokens so far. */
+static unsigned long smm_decode_fused_launches = 0;
+
+unsigned long smm_decode_fused_count(void)
+{
+    return __atomic_load_n(&smm_decode_fused_launches, __ATOMIC_RELAXED);
+}
+
+template <int QX>
+static gpuError_t smm_launch_fused_qx(const smm_mm_dims &d, const smm_epi_params &e,
+                                      const smm_dec_fuse &fz, size_t smem, gpuStream_t stream,
+                                      bool *done)
+{
+    /* Above 48 KiB of shared memory a kernel must be allowed it: the
+     * largest a launch asks for (the shared-memory form's largest size,
+     * which the token rows share), once per device and kernel (0 not
+     * asked, 1 allowed, -1 refused: two launches instead). */
+    static signed char allowed[3][64];
+    const int bs = d.b_static ? (d.pre > 0 ? 2 : 1) : 0;
+    auto kern = bs == 2   ? smm_decode_fused_kernel<2, QX>
+                : bs == 1 ? smm_decode_fused_kernel<1, QX>
+                          : smm_decode_fused_kernel<0, QX>;
+    const int dev = smm_cache_dev();
+    if (smem > 48 * 1024) {
+        if (allowed[bs][dev] == 0) {
+            const int most = SMM_DEC_PRE_MAX * SMM_DEC_PRE_STEP;
+            allowed[bs][dev] =
+                gpuFuncSetMaxDynamicSharedMemory(kern, most) == gpuSuccess ? 1 : -1;
+            (void)gpuGetLastError();
+        }
+        if (allowed[bs][dev] < 0)
+            return gpuSuccess; /* *done false */
+    }
+    const int64_t nb = (d.n + 15) / 16;
+    if (nb > INT32_MAX)
+        return gpuSuccess;
+    *done = true;
+    gpuError_t err;
+    if (d.pdl == 0) {
+        kern<<<(unsigned)nb, SMM_DEC_WARPS * 32, smem, stream>>>(d, e, fz);
+        err = gpuGetLastError();
+    } else {
+        err = smm_launch_decode_ex(kern, nb, SMM_DEC_WARPS * 32, smem, 1, true, stream, d, e, fz);
+    }
+    if (err == gpuSuccess) {
+        __atomic_fetch_add(&smm_decode_fused_launches, 1, __ATOMIC_RELAXED);
+        if (bs == 2)
+            __atomic_fetch_add(&smm_decode_pre_launches, 1, __ATOMIC_RELAXED);
+    }
+    return err;
+}
+
+/* The fused decode launch: the planned shared-memory form keeps as many of
+ * its steps as fit beside the token rows within the form's largest size
+ * (so that as many blocks share an SM as without the tokens). */
+gpuError_t smm_launch_decode_fused(const smm_mm_dims &dp, const smm_epi_params &e,
+                                   const smm_dec_fuse &fz, int x_dtype, gpuStream_t stream,
+                                   bool *done)
+{
+    const int64_t tok = dp.m * smm_dec_tok_stride(dp.k);
+    *done = false;
+    if (dp.m > SMM_DEC_QX_ROWS || dp.k <= 0 || tok > SMM_DEC_TOK_MAX)
+        return gpuSuccess;
+    smm_mm_dims d = dp;
+    if (d.pre > 0) {
+        const int64_t fit = (SMM_DEC_PRE_MAX * (int64_t)SMM_DEC_PRE_STEP - tok) / SMM_DEC_PRE_STEP;
+        d.pre = (int16_t)(d.pre < fit ? d.pre : fit);
+    }
+    const size_t smem = (size_t)d.pre * SMM_DEC_PRE_STEP + (size_t)tok;
+    switch (x_dtype) {
+    case SMM_DTYPE_F32:
+        return smm_launch_fused_qx<SMM_DEC_QX_F32>(d, e, fz, smem, stream, done);
+    case SMM_DTYPE_F16:
+        return smm_launch_fused_qx<SMM_DEC_QX_F16>(d, e, fz, smem, stream, done);
+    default:
+        return smm_launch_fused_qx<SMM_DEC_QX_BF16>(d, e, fz, smem, stream, done);
     }
 }
 

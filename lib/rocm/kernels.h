@@ -30,6 +30,13 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
 /* One smm_quantize_i8 problem, every mode of the contract. */
 gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t stream);
 
+/* smm_linear's two halves (q's outputs are p's a, scale_a and azp; n > 0,
+ * b_static as for smm_gpu_launch_mm): smm_gpu_launch_quantize, then
+ * smm_gpu_launch_mm; forced (smm_gpu_force.fuse), at small M on NVIDIA one
+ * launch of the decode kernel that quantizes its own tokens. */
+gpuError_t smm_gpu_launch_linear(const smm_quantize_args *q, const smm_mm_problem *p,
+                                 bool b_static, gpuStream_t stream);
+
 /* One smm_scaled_epilogue problem (m > 0, n > 0; colsum_b set exactly
  * when azp is), epilogue.hip. */
 gpuError_t smm_gpu_launch_epilogue(const smm_epilogue_args *a, gpuStream_t stream);
@@ -78,14 +85,20 @@ typedef struct smm_gpu_force {
                      M <= 32 on DECODE) */
     int no_tma;   /* AUTO: no TMA kernel for large M (WGMMA instead), and
                      M <= 32 on DECODE */
+    int fuse;     /* smm_linear: 1 the DECODE kernel that quantizes its
+                     tokens (one launch) wherever it can run; else the
+                     quantizer, then the GEMM (never chosen by itself:
+                     slower, doc/design.md) */
 } smm_gpu_force;
 
 /* Launches so far in this process, per kernel (index: enum
- * smm_gpu_kernel), and launches of the DECODE kernel's shared-memory form
- * (decode_pre). */
+ * smm_gpu_kernel; a fused smm_linear counts as DECODE), and launches of the
+ * DECODE kernel's shared-memory form (decode_pre) and of its form that
+ * quantizes its tokens (decode_fused). */
 typedef struct smm_gpu_counts {
     unsigned long launches[SMM_GPU_KERNEL_COUNT];
     unsigned long decode_pre;
+    unsigned long decode_fused; /* DECODE launches that quantized their tokens */
 } smm_gpu_counts;
 
 #if defined(__cplusplus)

@@ -101,6 +101,39 @@ gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
 /* Launches of the DECODE kernel's shared-memory form so far. */
 unsigned long smm_decode_pre_count(void);
 
+/* The DECODE kernel that quantizes its own tokens (smm_linear at small M,
+ * one launch): the float activations and the quantization's arguments,
+ * as smm_quantize_args gives them (scale and azp are inputs in the static
+ * mode, outputs in the dynamic one; azp NULL: symmetric). */
+struct smm_dec_fuse {
+    const void *x;
+    int64_t ldx;   /* elements */
+    int8_t *q;     /* the int8 activations, written by the grid's block 0 */
+    int64_t ldq;
+    float *scale;
+    int32_t *azp;
+    int dynamic;
+};
+/* Bytes of shared memory a block of it holds the M quantized token rows
+ * in: rows padded with zeros to whole 64-byte chunks, the row stride 64
+ * more than a multiple of 128 (two rows that a quarter of a warp reads
+ * fall in different banks). */
+SMM_HD int64_t smm_dec_tok_stride(int64_t k)
+{
+    return (k + 127) / 128 * 128 + 64;
+}
+#define SMM_DEC_TOK_MAX (32 * 1024) /* the most token bytes a block holds */
+#define SMM_DEC_QX_ROWS 4           /* and the most rows (M) */
+/* Launches it for the planned d (M <= SMM_DEC_QX_ROWS, one row group, no cluster, the
+ * rows of x, q and B 16-byte aligned, K > 0, d.a unused) and x of x_dtype
+ * (F32, F16 or BF16); *done false where the token rows do not fit
+ * (nothing launched). */
+gpuError_t smm_launch_decode_fused(const smm_mm_dims &d, const smm_epi_params &e,
+                                   const smm_dec_fuse &fz, int x_dtype, gpuStream_t stream,
+                                   bool *done);
+/* Launches of it so far. */
+unsigned long smm_decode_fused_count(void);
+
 #define SMM_DTMA_BR 64 /* weight rows (output columns) per tensor-copy decode block */
 
 #endif /* SMM_GPU_NVIDIA */

@@ -68,8 +68,10 @@ SMM_GPU_FORCE_API void smm_gpu_kernel_counts(smm_gpu_counts *out)
         out->launches[i] = __atomic_load_n(&smm_launch_counts[i], __ATOMIC_RELAXED);
 #if defined(SMM_GPU_NVIDIA)
     out->decode_pre = smm_decode_pre_count();
+    out->decode_fused = smm_decode_fused_count();
 #else
     out->decode_pre = 0;
+    out->decode_fused = 0;
 #endif
 }
 
@@ -256,11 +258,22 @@ static gpuError_t smm_run_rule(const smm_rule &r, const smm_sel &s, const smm_mm
     }
 }
 
-gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t stream)
-{
-    smm_mm_dims d;
+/* A problem as the rules see it: the kernels' dimensions and epilogue, the
+ * selection inputs, and (NVIDIA, decode problems) the decode plan. */
+struct smm_choice {
+    smm_mm_dims d, dplan;
     smm_epi_params e;
     smm_sel s;
+    int g, cs;
+    const smm_rule *rules;
+    int nrules;
+};
+
+static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static)
+{
+    smm_mm_dims &d = c.d;
+    smm_epi_params &e = c.e;
+    smm_sel &s = c.s;
 
     d.a = p->a;
     d.b = p->b;
@@ -293,11 +306,12 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
     s.b_static = b_static;
     s.sm90a_auto = !f.no_wgmma && !f.no_tma;
 
-    smm_mm_dims dplan = d;
-    int g = 1, cs = 1;
+    c.dplan = d;
+    c.g = 1;
+    c.cs = 1;
 #if defined(SMM_GPU_NVIDIA)
-    const smm_rule *rules = smm_nvidia_rules;
-    const int nrules = (int)(sizeof smm_nvidia_rules / sizeof smm_nvidia_rules[0]);
+    c.rules = smm_nvidia_rules;
+    c.nrules = (int)(sizeof smm_nvidia_rules / sizeof smm_nvidia_rules[0]);
     smm_device_info(&s.cc, &s.sms);
     if (s.k == SMM_GPU_KERNEL_MFMA)
         s.k = SMM_GPU_KERNEL_AUTO;
@@ -311,23 +325,70 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
     }
     s.big = ((d.m + 127) / 128) * ((d.n + 255) / 256) >= (int64_t)s.sms;
     if (s.decode && !smm_when_generic(s))
-        smm_decode_plan(&dplan, s.cc, s.sms, f, &g, &cs);
+        smm_decode_plan(&c.dplan, s.cc, s.sms, f, &c.g, &c.cs);
 #else
-    const smm_rule *rules = smm_amd_rules;
-    const int nrules = (int)(sizeof smm_amd_rules / sizeof smm_amd_rules[0]);
+    c.rules = smm_amd_rules;
+    c.nrules = (int)(sizeof smm_amd_rules / sizeof smm_amd_rules[0]);
     if (s.k != SMM_GPU_KERNEL_GENERIC && s.k != SMM_GPU_KERNEL_MFMA)
         s.k = SMM_GPU_KERNEL_AUTO;
 #endif
+}
 
-    for (int i = 0; i < nrules; i++) {
-        if (!rules[i].when(s))
+gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t stream)
+{
+    smm_choice c;
+    smm_choose(c, p, b_static);
+    for (int i = 0; i < c.nrules; i++) {
+        if (!c.rules[i].when(c.s))
             continue;
         bool done = false;
-        gpuError_t err = smm_run_rule(rules[i], s, dplan, g, cs, e, stream, &done);
+        gpuError_t err = smm_run_rule(c.rules[i], c.s, c.dplan, c.g, c.cs, c.e, stream, &done);
         if (err == gpuSuccess && done)
-            __atomic_fetch_add(&smm_launch_counts[rules[i].kernel], 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&smm_launch_counts[c.rules[i].kernel], 1, __ATOMIC_RELAXED);
         if (done || err != gpuSuccess)
             return err;
     }
     return gpuErrorInvalidValue; /* not reached: the last rule always holds */
+}
+
+/* smm_linear in one launch (NVIDIA sm_80+): the DECODE kernel quantizing
+ * its tokens, only where forced (fuse 1) and that kernel can run the
+ * problem (decode rows, one row group, no cluster, M <= SMM_DEC_QX_ROWS,
+ * x's rows 16-byte aligned). It is not chosen by itself: on an H100 it
+ * was slower than the two launches at every measured point
+ * (doc/design.md). Else the quantizer, then the GEMM. */
+gpuError_t smm_gpu_launch_linear(const smm_quantize_args *q, const smm_mm_problem *p,
+                                 bool b_static, gpuStream_t stream)
+{
+#if defined(SMM_GPU_NVIDIA)
+    const smm_gpu_force &force = smm_force_current();
+    if (force.fuse == 1) {
+        smm_choice c;
+        smm_choose(c, p, b_static);
+        const int64_t es = q->x_dtype == SMM_DTYPE_F32 ? 4 : 2;
+        const bool fuse = c.s.decode && !smm_when_generic(c.s) && c.g == 1 && c.cs == 1 &&
+                          p->m <= SMM_DEC_QX_ROWS && p->k > 0 &&
+                          smm_aligned(q->x, q->m > 1 ? q->ldx * es : 0, q->m, 16);
+        if (fuse) {
+            smm_dec_fuse fz;
+            fz.x = q->x;
+            fz.ldx = q->ldx;
+            fz.q = q->q;
+            fz.ldq = q->ldq;
+            fz.scale = q->scale;
+            fz.azp = q->azp;
+            fz.dynamic = q->mode == SMM_QUANT_DYNAMIC_PER_TOKEN;
+            bool done = false;
+            gpuError_t err =
+                smm_launch_decode_fused(c.dplan, c.e, fz, (int)q->x_dtype, stream, &done);
+            if (err == gpuSuccess && done)
+                __atomic_fetch_add(&smm_launch_counts[SMM_GPU_KERNEL_DECODE], 1,
+                                   __ATOMIC_RELAXED);
+            if (done || err != gpuSuccess)
+                return err;
+        }
+    }
+#endif
+    gpuError_t err = smm_gpu_launch_quantize(q, stream);
+    return err == gpuSuccess ? smm_gpu_launch_mm(p, b_static, stream) : err;
 }
