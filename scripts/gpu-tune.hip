@@ -60,9 +60,10 @@
  *                   columns _r: the decode kernel's register form, _m: the
  *                   decode kernel, _g: the ring decode kernel. quick: the
  *                   automatic choice only, not M = 2, 4.
- *   --layer-cost    M = 1, 8, 16, 32 on the four layers (405b: and the
+ *   --layer-cost    M = 1, 2, 4, 8, 16, 32 on the four layers (405b: and the
  *                   Llama-3.1-405B TP=4 ones), packed B: smm_linear (bf16
- *                   activations, dynamic per-token) against smm_scaled_mm
+ *                   activations, dynamic per-token; as chosen, forced to
+ *                   two launches, forced to one) against smm_scaled_mm
  *                   alone, each as 1000 stream launches and as a CUDA
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
@@ -648,18 +649,21 @@ static void run_launch_cost(bool packed, bool quick)
 
 /* --layer-cost: the decode layer as vLLM runs it against the GEMM alone.
  * layer: smm_linear (bf16 activations quantized per token, then the GEMM
- * with per-token x per-channel scales, bf16 out); mm: smm_scaled_mm on
- * int8 activations. Packed B, weights rotating over >= 256 MiB. Each is
- * timed as stream launches back to back (stream_time's total) and as
- * replays of the same launches captured in a CUDA graph; us per launch
- * and weight bytes / time as % of the copy bandwidth. The layer's output,
- * int8 activations and scales are checked against the host context's
+ * with per-token x per-channel scales, bf16 out), as the library chooses;
+ * two: smm_linear forced to two launches (quantizer, then GEMM); fused:
+ * forced to one launch of the decode kernel that quantizes its tokens,
+ * wherever it can run (M <= 4); mm: smm_scaled_mm on int8
+ * activations. Packed B, weights rotating over >= 256 MiB. Each is timed
+ * as stream launches back to back (stream_time's total) and as replays of
+ * the same launches captured in a CUDA graph; us per launch and weight
+ * bytes / time as % of the copy bandwidth. Every layer form's output, int8
+ * activations and scales are checked against the host context's
  * smm_linear on weight copy 0. */
 static void run_layer_cost(bool big)
 {
     static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
                                        {16384, 13312}};
-    const int64_t ms[] = {1, 8, 16, 32};
+    const int64_t ms[] = {1, 2, 4, 8, 16, 32};
     const int launches = 1000;
     const int64_t max_k = big ? 16384 : 14336;
     bufs d = bufs_alloc(32, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
@@ -675,11 +679,13 @@ static void run_layer_cost(bool big)
     SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
     SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
     printf("layer cost (packed B, bf16 out; layer = smm_linear from bf16 activations, dynamic "
-           "per-token; mm = smm_scaled_mm alone); us per launch over %d launches, stream "
-           "launches and CUDA-graph replays, median of 5; %% of the copy bandwidth %.0f GB/s\n"
-           "%-3s %-6s %-6s %8s %8s %8s %8s %7s %7s %7s %7s\n",
-           launches, bw, "M", "N", "K", "mm_str", "mm_gr", "lay_str", "lay_gr", "%mm_s", "%mm_g",
-           "%lay_s", "%lay_g");
+           "per-token, as chosen; two = forced to the quantizer then the GEMM; fused = forced "
+           "to one launch, M <= 4; mm = smm_scaled_mm alone); us per launch over %d launches, "
+           "stream launches (_s) and CUDA-graph replays (_g), median of 5; %% of the copy "
+           "bandwidth %.0f GB/s\n"
+           "%-3s %-6s %-6s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s %6s %6s %s\n",
+           launches, bw, "M", "N", "K", "mm_s", "mm_g", "lay_s", "lay_g", "two_g", "fus_g",
+           "%mm_s", "%mm_g", "%lay_s", "%lay_g", "%two_g", "%fus_g", "layer ran");
     for (int s = 0; s < (big ? 8 : 4); s++) {
         const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
         const int64_t k = s < 4 ? layers[s][1] : l405[s - 4][1];
@@ -700,43 +706,64 @@ static void run_layer_cost(bool big)
                 SK(gctx, smm_linear(gctx, &la));
             };
             auto mm = [&](int l) { launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, &pb); };
-            double t[4], tq;
+            /* the layer on copy 0 against the host context; returns
+             * whether the fused kernel ran */
+            auto verify = [&](const char *form) {
+                smm_gpu_counts c0, c1;
+                kernel_counts(&c0);
+                layer(0);
+                SK(gctx, smm_synchronize(gctx));
+                kernel_counts(&c1);
+                std::vector<unsigned char> want_c((size_t)(m * n * 2)), got_c(want_c.size());
+                std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
+                std::vector<float> want_s((size_t)m), got_s((size_t)m);
+                smm_linear_args h = la;
+                h.x = hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
+                h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
+                h.c = want_c.data();
+                SK(hctx, smm_linear(hctx, &h));
+                SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(),
+                                    SMM_MEMCPY_DEVICE_TO_HOST));
+                SK(gctx, smm_memcpy(gctx, got_q.data(), q, got_q.size(),
+                                    SMM_MEMCPY_DEVICE_TO_HOST));
+                SK(gctx, smm_memcpy(gctx, got_s.data(), xs, (size_t)m * 4,
+                                    SMM_MEMCPY_DEVICE_TO_HOST));
+                if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
+                    memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
+                    memcmp(got_s.data(), want_s.data(), (size_t)m * 4) != 0) {
+                    fprintf(stderr, "gpu-tune: MISMATCH smm_linear (%s) M %lld N %lld K %lld: "
+                            "output, int8 activations or scales differ from the %s "
+                            "backend's\n",
+                            form, (long long)m, (long long)n, (long long)k,
+                            smm_backend_name(smm_context_backend(hctx)));
+                    failures++;
+                }
+                return c1.decode_fused != c0.decode_fused;
+            };
+            double t[6], tq;
             stream_time(launches, mm, &tq, &t[0]);
             t[1] = graph_time(launches, 5, mm);
             stream_time(launches, layer, &tq, &t[2]);
             t[3] = graph_time(launches, 5, layer);
             check_point(d, m, n, k, SMM_DTYPE_BF16, &pb);
-            /* the layer on copy 0 against the host context */
-            layer(0);
-            SK(gctx, smm_synchronize(gctx));
-            std::vector<unsigned char> want_c((size_t)(m * n * 2)), got_c(want_c.size());
-            std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
-            std::vector<float> want_s((size_t)m), got_s((size_t)m);
-            smm_linear_args h = la;
-            h.x = hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
-            h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
-            h.c = want_c.data();
-            SK(hctx, smm_linear(hctx, &h));
-            SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(),
-                                SMM_MEMCPY_DEVICE_TO_HOST));
-            SK(gctx, smm_memcpy(gctx, got_q.data(), q, got_q.size(),
-                                SMM_MEMCPY_DEVICE_TO_HOST));
-            SK(gctx, smm_memcpy(gctx, got_s.data(), xs, (size_t)m * 4,
-                                SMM_MEMCPY_DEVICE_TO_HOST));
-            if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
-                memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
-                memcmp(got_s.data(), want_s.data(), (size_t)m * 4) != 0) {
-                fprintf(stderr, "gpu-tune: MISMATCH smm_linear M %lld N %lld K %lld: output, "
-                        "int8 activations or scales differ from the %s backend's\n",
-                        (long long)m, (long long)n, (long long)k,
-                        smm_backend_name(smm_context_backend(hctx)));
-                failures++;
-            }
+            const bool auto_fused = verify("as chosen");
+            smm_gpu_force f = force_of(0, 0, 0, 0, 0);
+            f.fuse = -1;
+            force_set(&f);
+            t[4] = graph_time(launches, 5, layer);
+            verify("two launches");
+            f.fuse = 1;
+            force_set(&f);
+            const bool fused = verify("fused");
+            t[5] = fused ? graph_time(launches, 5, layer) : 0.0;
+            force_set(NULL);
             const double wb = (double)(n * k) / 1e9;
-            printf("%-3lld %-6lld %-6lld %8.2f %8.2f %8.2f %8.2f %7.1f %7.1f %7.1f %7.1f\n",
-                   (long long)m, (long long)n, (long long)k, t[0] * 1e6, t[1] * 1e6,
-                   t[2] * 1e6, t[3] * 1e6, 100 * wb / t[0] / bw, 100 * wb / t[1] / bw,
-                   100 * wb / t[2] / bw, 100 * wb / t[3] / bw);
+            auto pct = [&](double tt) { return tt > 0 ? 100 * wb / tt / bw : 0.0; };
+            printf("%-3lld %-6lld %-6lld %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f "
+                   "%6.1f %6.1f %6.1f %s\n",
+                   (long long)m, (long long)n, (long long)k, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6,
+                   t[3] * 1e6, t[4] * 1e6, t[5] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]),
+                   pct(t[3]), pct(t[4]), pct(t[5]), auto_fused ? "fused" : "two");
             fflush(stdout);
         }
         unpack_copies(pb);
