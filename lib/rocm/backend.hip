@@ -292,17 +292,24 @@ static smm_status gpu_pack_b(smm_context *ctx, const int8_t *b, int64_t ldb, smm
 /* Computation                                                         */
 /* ------------------------------------------------------------------ */
 
+/* *out = *p with a packed B resolved to its rows: this backend's packed B
+ * is B itself, dense (ldb = K), copied before gpu_pack_b returned and
+ * written by no kernel. Returns whether B was packed (static). */
+static bool unpacked(const smm_mm_problem *p, smm_mm_problem *out)
+{
+    *out = *p;
+    if (!p->b_packed)
+        return false;
+    out->b = p->b_packed->rows;
+    out->ldb = p->k;
+    out->b_packed = NULL;
+    return true;
+}
+
 static smm_status gpu_mm(smm_context *ctx, const smm_mm_problem *p)
 {
-    smm_mm_problem q = *p;
-    const bool b_static = q.b_packed != NULL;
-    if (q.b_packed) {
-        /* This backend's packed B is B itself, dense (ldb = K), copied
-         * before gpu_pack_b returned and written by no kernel. */
-        q.b = q.b_packed->rows;
-        q.ldb = q.k;
-        q.b_packed = NULL;
-    }
+    smm_mm_problem q;
+    const bool b_static = unpacked(p, &q);
     gpuError_t e = smm_gpu_launch_mm(&q, b_static, stream_of(ctx));
     return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "matrix multiplication kernel launch");
 }
@@ -316,13 +323,8 @@ static smm_status gpu_quantize(smm_context *ctx, const smm_quantize_args *q)
 static smm_status gpu_linear(smm_context *ctx, const smm_quantize_args *q,
                              const smm_mm_problem *p)
 {
-    smm_mm_problem r = *p;
-    const bool b_static = r.b_packed != NULL;
-    if (r.b_packed) { /* as gpu_mm */
-        r.b = r.b_packed->rows;
-        r.ldb = r.k;
-        r.b_packed = NULL;
-    }
+    smm_mm_problem r;
+    const bool b_static = unpacked(p, &r);
     gpuError_t e = smm_gpu_launch_linear(q, &r, b_static, stream_of(ctx));
     return e == gpuSuccess ? SMM_OK : rt_error(ctx, e, "linear layer kernel launch");
 }

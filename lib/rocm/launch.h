@@ -124,10 +124,10 @@ SMM_HD int64_t smm_dec_tok_stride(int64_t k)
 }
 #define SMM_DEC_TOK_MAX (32 * 1024) /* the most token bytes a block holds */
 #define SMM_DEC_QX_ROWS 4           /* and the most rows (M) */
-/* Launches it for the planned d (M <= SMM_DEC_QX_ROWS, one row group, no cluster, the
- * rows of x, q and B 16-byte aligned, K > 0, d.a unused) and x of x_dtype
- * (F32, F16 or BF16); *done false where the token rows do not fit
- * (nothing launched). */
+/* Launches it for the planned d (M <= SMM_DEC_QX_ROWS, one row group, no
+ * cluster, the rows of x, q and B 16-byte aligned, K > 0, d.a unused) and
+ * x of x_dtype (F32, F16 or BF16); *done false (nothing launched) where
+ * the token rows do not fit or the shared memory it needs is refused. */
 gpuError_t smm_launch_decode_fused(const smm_mm_dims &d, const smm_epi_params &e,
                                    const smm_dec_fuse &fz, int x_dtype, gpuStream_t stream,
                                    bool *done);
