@@ -62,8 +62,8 @@
  *                   automatic choice only, not M = 2, 4.
  *   --layer-cost    M = 1, 2, 4, 8, 16, 32 on the four layers (405b: and the
  *                   Llama-3.1-405B TP=4 ones), packed B: smm_linear (bf16
- *                   activations, dynamic per-token; as chosen, forced to
- *                   two launches, forced to one) against smm_scaled_mm
+ *                   activations, dynamic per-token; as run, and forced to
+ *                   one launch) against smm_scaled_mm
  *                   alone, each as 1000 stream launches and as a CUDA
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
@@ -649,10 +649,10 @@ static void run_launch_cost(bool packed, bool quick)
 
 /* --layer-cost: the decode layer as vLLM runs it against the GEMM alone.
  * layer: smm_linear (bf16 activations quantized per token, then the GEMM
- * with per-token x per-channel scales, bf16 out), as the library chooses;
- * two: smm_linear forced to two launches (quantizer, then GEMM); fused:
- * forced to one launch of the decode kernel that quantizes its tokens,
- * wherever it can run (M <= 4); mm: smm_scaled_mm on int8
+ * with per-token x per-channel scales, bf16 out), as the library runs it
+ * (two launches: the quantizer, then the GEMM); fused: forced to one
+ * launch of the decode kernel that quantizes its tokens, wherever it can
+ * run (M <= 4); mm: smm_scaled_mm on int8
  * activations. Packed B, weights rotating over >= 256 MiB. Each is timed
  * as stream launches back to back (stream_time's total) and as replays of
  * the same launches captured in a CUDA graph; us per launch and weight
@@ -679,13 +679,13 @@ static void run_layer_cost(bool big)
     SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
     SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
     printf("layer cost (packed B, bf16 out; layer = smm_linear from bf16 activations, dynamic "
-           "per-token, as chosen; two = forced to the quantizer then the GEMM; fused = forced "
-           "to one launch, M <= 4; mm = smm_scaled_mm alone); us per launch over %d launches, "
+           "per-token, as the library runs it; fused = forced to one launch, M <= 4; mm = "
+           "smm_scaled_mm alone); us per launch over %d launches, "
            "stream launches (_s) and CUDA-graph replays (_g), median of 5; %% of the copy "
            "bandwidth %.0f GB/s\n"
-           "%-3s %-6s %-6s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s %6s %6s %s\n",
-           launches, bw, "M", "N", "K", "mm_s", "mm_g", "lay_s", "lay_g", "two_g", "fus_g",
-           "%mm_s", "%mm_g", "%lay_s", "%lay_g", "%two_g", "%fus_g", "layer ran");
+           "%-3s %-6s %-6s %7s %7s %7s %7s %7s %6s %6s %6s %6s %6s %s\n",
+           launches, bw, "M", "N", "K", "mm_s", "mm_g", "lay_s", "lay_g", "fus_g", "%mm_s",
+           "%mm_g", "%lay_s", "%lay_g", "%fus_g", "layer ran");
     for (int s = 0; s < (big ? 8 : 4); s++) {
         const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
         const int64_t k = s < 4 ? layers[s][1] : l405[s - 4][1];
@@ -740,30 +740,26 @@ static void run_layer_cost(bool big)
                 }
                 return c1.decode_fused != c0.decode_fused;
             };
-            double t[6], tq;
+            double t[5], tq;
             stream_time(launches, mm, &tq, &t[0]);
             t[1] = graph_time(launches, 5, mm);
             stream_time(launches, layer, &tq, &t[2]);
             t[3] = graph_time(launches, 5, layer);
             check_point(d, m, n, k, SMM_DTYPE_BF16, &pb);
-            const bool auto_fused = verify("as chosen");
+            const bool auto_fused = verify("as run");
             smm_gpu_force f = force_of(0, 0, 0, 0, 0);
-            f.fuse = -1;
-            force_set(&f);
-            t[4] = graph_time(launches, 5, layer);
-            verify("two launches");
             f.fuse = 1;
             force_set(&f);
             const bool fused = verify("fused");
-            t[5] = fused ? graph_time(launches, 5, layer) : 0.0;
+            t[4] = fused ? graph_time(launches, 5, layer) : 0.0;
             force_set(NULL);
             const double wb = (double)(n * k) / 1e9;
             auto pct = [&](double tt) { return tt > 0 ? 100 * wb / tt / bw : 0.0; };
-            printf("%-3lld %-6lld %-6lld %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f "
-                   "%6.1f %6.1f %6.1f %s\n",
+            printf("%-3lld %-6lld %-6lld %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f %6.1f "
+                   "%6.1f %s\n",
                    (long long)m, (long long)n, (long long)k, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6,
-                   t[3] * 1e6, t[4] * 1e6, t[5] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]),
-                   pct(t[3]), pct(t[4]), pct(t[5]), auto_fused ? "fused" : "two");
+                   t[3] * 1e6, t[4] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]), pct(t[3]),
+                   pct(t[4]), auto_fused ? "fused" : "two");
             fflush(stdout);
         }
         unpack_copies(pb);
