@@ -387,30 +387,58 @@ START_TEST(test_quantize)
     smm_context *g = tu_ctx(gpu_backend, 0);
     cf_rng r = tu_rng("quantize");
     static const smm_dtype xt[] = {SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16};
+    int on_rows = 0;
 
     for (int i = 0; i < 600; i++) {
-        const int64_t m = cf_rng_range(&r, 1, 40), k = cf_rng_range(&r, 0, 9) == 0
-                                                             ? cf_rng_range(&r, 1000, 9000)
-                                                             : cf_rng_range(&r, 0, 300);
         const smm_dtype t = xt[cf_rng_range(&r, 0, 2)];
         const size_t es = dtype_size(t);
-        const int64_t ldx = k + cf_rng_range(&r, 0, 1) * cf_rng_range(&r, 0, 9);
+        /* Half the cases in whole 16-byte chunks (v elements), which the
+         * register form takes when x is aligned: up to 8192 chunks; a few
+         * past that (the element-strided form). */
+        const int64_t v = (int64_t)(16 / es), chunked = cf_rng_range(&r, 0, 1);
+        const int64_t big = cf_rng_range(&r, 0, 19) == 0 ? 9 * 1024 * v : 0;
+        int64_t m = cf_rng_range(&r, 1, 40), k;
+        if (big) {
+            m = cf_rng_range(&r, 1, 3);
+            k = cf_rng_range(&r, 0, 1) ? cf_rng_range(&r, 1, 8192) * v
+                                       : cf_rng_range(&r, 8185, 9 * 1024) * v;
+        } else if (chunked) {
+            k = (cf_rng_range(&r, 0, 9) == 0 ? cf_rng_range(&r, 100, 1200)
+                                             : cf_rng_range(&r, 1, 40)) * v;
+        } else {
+            k = cf_rng_range(&r, 0, 9) == 0 ? cf_rng_range(&r, 1000, 9000)
+                                            : cf_rng_range(&r, 0, 300);
+        }
+        const int64_t ldx = k + (chunked || big ? v * cf_rng_range(&r, 0, 2)
+                                                : cf_rng_range(&r, 0, 1) * cf_rng_range(&r, 0, 9));
         const int64_t ldq = k + cf_rng_range(&r, 0, 1) * cf_rng_range(&r, 0, 9);
+        /* x at an offset of 0 (aligned) or of a few elements; q at 0 or
+         * 1..7 bytes. */
+        const size_t off_x = cf_rng_range(&r, 0, 3) == 0 ? es * (size_t)cf_rng_range(&r, 1, 7) : 0;
+        const size_t off_q = cf_rng_range(&r, 0, 3) == 0 ? (size_t)cf_rng_range(&r, 1, 7) : 0;
         const int dynamic = (int)cf_rng_range(&r, 0, 1), with_azp = (int)cf_rng_range(&r, 0, 1);
+        /* Rows of one kind: 0 random, 1 all zeros, 2 one value, 3 random
+         * with NaN / Inf / -0 / subnormals at 5%. */
+        const int rows = cf_rng_range(&r, 0, 4) == 0 ? (int)cf_rng_range(&r, 1, 3) : 0;
         const size_t xb = (size_t)((m - 1) * ldx + k) * es, qb = (size_t)((m - 1) * ldq + k);
         const size_t sn = dynamic ? (size_t)m : 1;
         unsigned char *x = malloc(xb + 1);
         int8_t *q_ref = malloc(qb + 1), *q_gpu = malloc(qb + 1);
         float *s_ref = malloc(sn * 4), *s_gpu = malloc(sn * 4);
         int32_t *z_ref = malloc(sn * 4), *z_gpu = malloc(sn * 4);
+        const float one = rnd_float(&r, 0, 50.0f);
         size_t j;
 
+        on_rows += k > 0 && k % v == 0 && ldx % v == 0 && off_x == 0 && k / v <= 8192;
         for (j = 0; j < xb / es; j++) {
-            float v = rnd_float(&r, 2, cf_rng_range(&r, 0, 3) == 0 ? 1e4f : 3.0f);
+            float f = rows == 1   ? 0.0f
+                      : rows == 2 ? one
+                                  : rnd_float(&r, rows == 3 ? 5 : 2,
+                                              cf_rng_range(&r, 0, 3) == 0 ? 1e4f : 3.0f);
             if (es == 4)
-                memcpy(x + 4 * j, &v, 4);
+                memcpy(x + 4 * j, &f, 4);
             else {
-                uint16_t h = t == SMM_DTYPE_F16 ? smm_f32_to_f16(v) : smm_f32_to_bf16(v);
+                uint16_t h = t == SMM_DTYPE_F16 ? smm_f32_to_f16(f) : smm_f32_to_bf16(f);
                 memcpy(x + 2 * j, &h, 2);
             }
         }
@@ -422,8 +450,8 @@ START_TEST(test_quantize)
         memcpy(s_gpu, s_ref, sn * 4), memcpy(z_gpu, z_ref, sn * 4);
 
         void *bx, *bq, *bs, *bz;
-        const void *dx = to_dev(g, x, xb, 0, &bx);
-        int8_t *dq = to_dev(g, q_gpu, qb, 0, &bq);
+        const void *dx = to_dev(g, x, xb, off_x, &bx);
+        int8_t *dq = to_dev(g, q_gpu, qb, off_q, &bq);
         float *ds = to_dev(g, s_gpu, sn * 4, 0, &bs);
         int32_t *dz = to_dev(g, z_gpu, sn * 4, 0, &bz);
 
@@ -444,13 +472,14 @@ START_TEST(test_quantize)
         ck_assert_msg(memcmp(q_ref, q_gpu, qb) == 0 && memcmp(s_ref, s_gpu, sn * 4) == 0 &&
                           memcmp(z_ref, z_gpu, sn * 4) == 0,
                       "quantize case %d differs: M %" PRId64 " K %" PRId64 " %s ldx %" PRId64
-                      " ldq %" PRId64 " %s azp %d",
-                      i, m, k, smm_dtype_name(t), ldx, ldq, dynamic ? "dynamic" : "static",
-                      with_azp);
+                      " ldq %" PRId64 " off x %zu q %zu %s azp %d rows %d",
+                      i, m, k, smm_dtype_name(t), ldx, ldq, off_x, off_q,
+                      dynamic ? "dynamic" : "static", with_azp, rows);
         smm_free(g, bx), smm_free(g, bq), smm_free(g, bs), smm_free(g, bz);
         free(x), free(q_ref), free(q_gpu), free(s_ref), free(s_gpu), free(z_ref), free(z_gpu);
     }
-    printf("check_gpu_kernels: quantize: 600 cases\n");
+    printf("check_gpu_kernels: quantize: 600 cases, %d of them in whole aligned chunks\n",
+           on_rows);
     smm_context_destroy(g);
     smm_context_destroy(ref);
 }
