@@ -217,7 +217,10 @@ smm_wgmma_kernel(smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
 }
 
 #define SMM_TMA_STAGES 4
-#define SMM_TMA_STG_LD 36 /* int32 per row of a warp's 16 x 32 epilogue slice */
+/* int32 per row of a warp's 16 x 32 epilogue slice: 8 mod 32, so that the
+ * 8-byte stores of each half-warp (rows g = 0..3 land 8 banks apart, lanes
+ * q 2 banks apart) meet no bank twice; 16-byte reads of a row are whole. */
+#define SMM_TMA_STG_LD 40
 #define SMM_TMA_SMEM                                                                       \
     (SMM_TMA_STAGES * (128 + 256) * 128 + 2 * SMM_TMA_STAGES * 8 + 3 * 256 * 4 + 2 * 128 * 4 + \
      8 * 16 * SMM_TMA_STG_LD * 4 + 1024)
