@@ -395,7 +395,8 @@ START_TEST(test_quantize)
         /* Half the cases in whole 16-byte chunks (v elements), which the
          * register form takes when x is aligned: up to 8192 chunks; a few
          * past that (the element-strided form). */
-        const int64_t v = (int64_t)(16 / es), chunked = cf_rng_range(&r, 0, 1);
+        const int64_t v = (int64_t)(16 / es);
+        int64_t chunked = cf_rng_range(&r, 0, 1);
         const int64_t big = cf_rng_range(&r, 0, 19) == 0 ? 9 * 1024 * v : 0;
         int64_t m = cf_rng_range(&r, 1, 40), k;
         if (big) {
@@ -408,6 +409,11 @@ START_TEST(test_quantize)
         } else {
             k = cf_rng_range(&r, 0, 9) == 0 ? cf_rng_range(&r, 1000, 9000)
                                             : cf_rng_range(&r, 0, 300);
+        }
+        if (i == 599) { /* more rows than blocks: blocks take a second row */
+            m = 65535 + cf_rng_range(&r, 1, 1000);
+            k = v * cf_rng_range(&r, 1, 4);
+            chunked = 1;
         }
         const int64_t ldx = k + (chunked || big ? v * cf_rng_range(&r, 0, 2)
                                                 : cf_rng_range(&r, 0, 1) * cf_rng_range(&r, 0, 9));
@@ -429,7 +435,8 @@ START_TEST(test_quantize)
         const float one = rnd_float(&r, 0, 50.0f);
         size_t j;
 
-        on_rows += k > 0 && k % v == 0 && ldx % v == 0 && off_x == 0 && k / v <= 8192;
+        on_rows += k > 0 && k % v == 0 && (m == 1 || ldx % v == 0) && off_x % 16 == 0 &&
+                   k / v <= 8192;
         for (j = 0; j < xb / es; j++) {
             float f = rows == 1   ? 0.0f
                       : rows == 2 ? one

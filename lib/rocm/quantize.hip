@@ -463,9 +463,9 @@ static gpuError_t q_launch_rows_ch(const smm_quantize_args *a, unsigned grid, un
 template <int DT>
 static bool q_rows_fit(const smm_quantize_args *a, int *ch, unsigned *block, int *q_wide)
 {
-    const int64_t es = DT == SMM_DTYPE_F32 ? 4 : 2, v = QV_BYTES / es;
+    const int64_t v = DT == SMM_DTYPE_F32 ? 4 : 8; /* elements a chunk */
     if (a->k <= 0 || a->k % v != 0 || (uintptr_t)a->x % QV_BYTES != 0 ||
-        (a->ldx * es) % QV_BYTES != 0)
+        (a->m > 1 && a->ldx % v != 0)) /* ldx * element size: whole chunks */
         return false;
     const int64_t nc = a->k / v;
     if (nc > (int64_t)QV_MAX_THREADS * QV_MAX_CH)
