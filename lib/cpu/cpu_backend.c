@@ -87,48 +87,30 @@ static smm_status cpu_linear(smm_context *ctx, const smm_quantize_args *q, const
  * multiplications end with) on each row of the caller's accumulators,
  * the rows shared among the threads. int32 and uint32_t are the same
  * bits: the epilogue reads them modulo 2^32, as it reads its own sums. */
+typedef struct {
+    smm_cpu_epilogue_fn epi;
+    smm_cpu_epilogue e;
+    const smm_epilogue_args *a;
+} epilogue_job;
+
+static void epilogue_range(const void *job, int64_t r0, int64_t r1)
+{
+    const epilogue_job *j = job;
+    const uint32_t *colsum = (const uint32_t *)j->a->colsum_b;   /* NULL without azp */
+    for (int64_t i = r0; i < r1; i++)
+        j->epi(&j->e, i, 0, j->a->n, (const uint32_t *)(j->a->acc + i * j->a->ldacc), colsum);
+}
+
 static smm_status cpu_epilogue(smm_context *ctx, const smm_epilogue_args *a)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
-    const smm_cpu_epilogue_fn epi = st ? st->k->epilogue : smm_cpu_kernels_c.epilogue;
-    const smm_cpu_epilogue e = {
-        a->scale_a, a->scale_a_len, a->scale_b, a->scale_b_len, a->bias,
-        a->azp, a->azp_len, a->c, a->ldc, a->c_dtype,
+    const epilogue_job job = {
+        st ? st->k->epilogue : smm_cpu_kernels_c.epilogue,
+        {a->scale_a, a->scale_a_len, a->scale_b, a->scale_b_len, a->bias, a->azp, a->azp_len,
+         a->c, a->ldc, a->c_dtype},
+        a,
     };
-    const uint32_t *colsum = (const uint32_t *)a->colsum_b;   /* NULL without azp */
-    const int64_t M = a->m;
-    int nthreads = smm_threads(ctx);
-    /* A thread per 16K elements at most, as the quantizer. */
-    int64_t work;
-    if (__builtin_mul_overflow(M, a->n, &work))
-        work = INT64_MAX;
-    if ((int64_t)nthreads > work / 16384 + 1)
-        nthreads = (int)(work / 16384 + 1);
-    if ((int64_t)nthreads > M)
-        nthreads = (int)M;
-    if (nthreads < 1)
-        nthreads = 1;
-
-    if (nthreads == 1) {   /* no team to start (the caller is in the contract's fpenv) */
-        for (int64_t i = 0; i < M; i++)
-            epi(&e, i, 0, a->n, (const uint32_t *)(a->acc + i * a->ldacc), colsum);
-        return SMM_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
-#endif
-    {
-        smm_fpenv env;
-        smm_fpenv_enter(&env);
-#ifdef _OPENMP
-        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        const int64_t tid = 0, nt = 1;
-#endif
-        for (int64_t i = M * tid / nt; i < M * (tid + 1) / nt; i++)
-            epi(&e, i, 0, a->n, (const uint32_t *)(a->acc + i * a->ldacc), colsum);
-        smm_fpenv_leave(&env);
-    }
+    smm_cpu_run_rows(ctx, a->m, a->n, epilogue_range, &job);
     return SMM_OK;
 }
 

@@ -349,6 +349,16 @@ typedef void (*smm_cpu_tile_fn)(const void *job, const smm_cpu_epilogue *epi,
 smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
                              int nthreads, smm_cpu_tile_fn tile, const void *job) SMM_INTERNAL;
 
+/* Runs rows(job, r0, r1) over rows [0, m) split into contiguous ranges
+ * among up to smm_threads(ctx) OpenMP threads, at most one thread per
+ * 16K elements (m * row_elems), each in the contract's floating-point
+ * environment; with one thread, directly on the caller (already in that
+ * environment). Used by the passes that work row by row (the quantizer,
+ * smm_scaled_epilogue). */
+typedef void (*smm_cpu_rows_fn)(const void *job, int64_t r0, int64_t r1);
+void smm_cpu_run_rows(smm_context *ctx, int64_t m, int64_t row_elems, smm_cpu_rows_fn rows,
+                      const void *job) SMM_INTERNAL;
+
 smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p) SMM_INTERNAL;
 
 /* Allocates, through ctx's allocator, one 64-byte-aligned block for a

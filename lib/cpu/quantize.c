@@ -21,9 +21,6 @@
 
 #include <float.h>
 #include <stdint.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Element idx of a row of x, widened exactly to binary32. */
 SMM_ALWAYS_INLINE float load_x(const void *row, smm_dtype dt, int64_t idx)
@@ -222,39 +219,21 @@ SMM_TARGET_AVX2 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int6
 }
 #endif
 
+typedef struct {
+    smm_cpu_quantize_fn rows;
+    const smm_quantize_args *q;
+} quantize_job;
+
+static void quantize_range(const void *job, int64_t r0, int64_t r1)
+{
+    const quantize_job *j = job;
+    j->rows(j->q, r0, r1);
+}
+
 smm_status smm_cpu_quantize(smm_context *ctx, const smm_quantize_args *q)
 {
     const smm_cpu_state *st = (const smm_cpu_state *)ctx->backend_data;
-    const smm_cpu_quantize_fn rows = st ? st->k->quantize_rows : smm_cpu_quantize_rows_c;
-    const int64_t M = q->m;
-    int nthreads = smm_threads(ctx);
-    /* A thread per 16K elements at most. */
-    int64_t work = M * (q->k > 0 ? q->k : 1);
-    if ((int64_t)nthreads > work / 16384 + 1)
-        nthreads = (int)(work / 16384 + 1);
-    if ((int64_t)nthreads > M)
-        nthreads = (int)M;
-    if (nthreads < 1)
-        nthreads = 1;
-
-    if (nthreads == 1) {   /* no team to start (the caller is in the contract's fpenv) */
-        rows(q, 0, M);
-        return SMM_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
-#endif
-    {
-        smm_fpenv env;
-        smm_fpenv_enter(&env);
-#ifdef _OPENMP
-        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        const int64_t tid = 0, nt = 1;
-#endif
-        const int64_t r0 = M * tid / nt, r1 = M * (tid + 1) / nt;
-        rows(q, r0, r1);
-        smm_fpenv_leave(&env);
-    }
+    const quantize_job job = {st ? st->k->quantize_rows : smm_cpu_quantize_rows_c, q};
+    smm_cpu_run_rows(ctx, q->m, q->k, quantize_range, &job);
     return SMM_OK;
 }

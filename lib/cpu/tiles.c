@@ -123,3 +123,34 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     smm_host_free(ctx, scratch);
     return SMM_OK;
 }
+
+void smm_cpu_run_rows(smm_context *ctx, int64_t m, int64_t row_elems, smm_cpu_rows_fn rows,
+                      const void *job)
+{
+    int nthreads = smm_threads(ctx);
+    int64_t work;
+    if (__builtin_mul_overflow(m, row_elems > 0 ? row_elems : 1, &work))
+        work = INT64_MAX;
+    if ((int64_t)nthreads > work / 16384 + 1)
+        nthreads = (int)(work / 16384 + 1);
+    if ((int64_t)nthreads > m)
+        nthreads = (int)m;
+    if (nthreads <= 1) {
+        rows(job, 0, m);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads)
+#endif
+    {
+        smm_fpenv env;
+        smm_fpenv_enter(&env);
+#ifdef _OPENMP
+        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const int64_t tid = 0, nt = 1;
+#endif
+        rows(job, m * tid / nt, m * (tid + 1) / nt);
+        smm_fpenv_leave(&env);
+    }
+}
