@@ -30,6 +30,7 @@
  *   build-cuda/gpu-tune --launch-cost [raw] [quick]
  *   build-cuda/gpu-tune --layer-cost [405b]  # the decode layer: stream and graph
  *   build-cuda/gpu-tune --ring-sweep     # ring decode: clusters x slots
+ *   build-cuda/gpu-tune --large-sweep [405b]  # large M: TMA, ping-pong
  *   ncu build-cuda/gpu-tune --decode-one 16 4096 4096 [KERNEL]
  *
  * Modes (results on stdout, progress and errors on stderr):
@@ -41,7 +42,8 @@
  *                   (B read from memory, not L2); us per launch, TOPS,
  *                   GB/s, weight GB/s; and the device's copy bandwidth.
  *                   --kernel NAME forces a kernel (names: auto, generic,
- *                   mfma, mma, wgmma, tma, decode, decode_tma, decode_ring).
+ *                   mfma, mma, wgmma, tma, decode, decode_tma, decode_ring,
+ *                   tma_pp).
  *   --decode-sweep  M = 1, 16, 32 on the four layers, bf16 out, graph
  *                   replays, weight GB/s per column: 0,0 the automatic
  *                   choice; 0,0p the same with a packed B; 0,0r / 0,0s the
@@ -70,6 +72,11 @@
  *   --ring-sweep    the ring decode kernel with 1, 2, 4 cluster blocks and
  *                   3, 4, 5, 6, 8 slots against the automatic choice, M =
  *                   16, 32, packed B, 2000 stream launches, us per launch.
+ *   --large-sweep   M = 64, 256, 1024, 2048, 4096, 8192 on the four layers (405b: and the
+ *                   405B ones), bf16 out: TOPS of the TMA kernel, its
+ *                   ping-pong form with 4 and 5 stages, the mma.sync
+ *                   kernel and the automatic choice, in turn, median of 3
+ *                   rounds of graph replays.
  *   --decode-one M N K [KERNEL]   20 plain launches of one problem (bf16
  *                   out, dense rows), for a profiler.
  * --ref (any mode): check against the reference backend instead of cpu.
@@ -87,6 +94,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -829,13 +837,91 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel)
     bufs_free(d);
 }
 
+/* The large-M kernels side by side: M = 64 .. 8192 on the four
+ * layers (big: and the Llama-3.1-405B TP=4 ones), bf16 out, per-token x
+ * per-channel scales, weights rotating over >= 256 MiB; the TMA kernel,
+ * its ping-pong form with 4 and 5 stages, the mma.sync tiled kernel and
+ * the automatic choice, in turn, three rounds of graph replays each
+ * (median); TOPS and the forms' ratios. Every form's point checked. */
+static void run_large_sweep(bool big)
+{
+    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
+                                       {16384, 13312}};
+    const int64_t ms[] = {64, 256, 1024, 2048, 4096, 8192};
+    struct form {
+        const char *name;
+        int kernel, stages;
+    } forms[] = {{"tma", SMM_GPU_KERNEL_TMA, 0},
+                 {"pp4", SMM_GPU_KERNEL_TMA_PP, 4},
+                 {"pp5", SMM_GPU_KERNEL_TMA_PP, 5},
+                 {"mma", SMM_GPU_KERNEL_MMA, 0},
+                 {"auto", SMM_GPU_KERNEL_AUTO, 0}};
+    const int nf = 5;
+    const int64_t max_k = big ? 16384 : 14336;
+    bufs d = bufs_alloc(8192, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
+    printf("large M (bf16 out, per-token x per-channel): TOPS, graph replays, median of 3 "
+           "rounds\n%-5s %-6s %-6s", "M", "N", "K");
+    for (int f = 0; f < nf; f++)
+        printf(" %8s", forms[f].name);
+    printf(" %7s %7s %7s %s\n", "pp4/tma", "pp5/tma", "pp4/mma", "auto ran");
+    double lsum[3] = {0, 0, 0};
+    int lcount = 0, nm = 0;
+    for (int s = 0; s < (big ? 8 : 4); s++) {
+        const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
+        const int64_t k = s < 4 ? layers[s][1] : l405[s - 4][1];
+        const int copies = copies_of(d, n, k);
+        for (int64_t m : ms) {
+            fprintf(stderr, "gpu-tune: M %lld N %lld K %lld\n", (long long)m, (long long)n,
+                    (long long)k);
+            std::vector<double> t[5];
+            int ran[5] = {0, 0, 0, 0, 0};
+            for (int round = 0; round < 3; round++)
+                for (int f = 0; f < nf; f++) {
+                    const smm_gpu_force fo = force_of(forms[f].kernel, 0, 0, forms[f].stages, 0);
+                    force_set(&fo);
+                    t[f].push_back(graph_time(copies * (m >= 2048 ? 1 : 4), 3, [&](int l) {
+                        launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, NULL);
+                    }));
+                    if (round == 0)
+                        ran[f] = check_point(d, m, n, k, SMM_DTYPE_BF16, NULL);
+                    force_set(NULL);
+                }
+            const double ops = 2.0 * (double)m * (double)n * (double)k;
+            double tops[5];
+            printf("%-5lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
+            nm++;
+            for (int f = 0; f < nf; f++) {
+                tops[f] = ops / median(t[f]) / 1e12;
+                if (forms[f].kernel && ran[f] != forms[f].kernel)
+                    printf(" %8s", "-");
+                else
+                    printf(" %8.1f", tops[f]);
+            }
+            printf(" %7.3f %7.3f %7.3f %s\n", tops[1] / tops[0], tops[2] / tops[0],
+                   tops[1] / tops[3], kernel_name(ran[4]));
+            if (m >= 2048) {
+                lsum[0] += log(tops[1] / tops[0]), lsum[1] += log(tops[2] / tops[0]);
+                lcount++;
+            } else {
+                lsum[2] += log(tops[1] / tops[3]);
+            }
+            fflush(stdout);
+        }
+    }
+    printf("geomean at M >= 2048 (%d points): pp4/tma %.3f, pp5/tma %.3f; at M < 2048 (%d "
+           "points): pp4/mma %.3f\n",
+           lcount, exp(lsum[0] / lcount), exp(lsum[1] / lcount), nm - lcount,
+           exp(lsum[2] / (nm - lcount)));
+    bufs_free(d);
+}
+
 /* ---- main ---- */
 
 static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
             "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep | "
-            "--decode-one M N K [KERNEL]]\n",
+            "--large-sweep [405b] | --decode-one M N K [KERNEL]]\n",
             why);
     return 2;
 }
@@ -854,7 +940,7 @@ static int64_t size_arg(const char *s)
 
 int main(int argc, char **argv)
 {
-    enum { BENCH, SWEEP, COST, LAYER, RING, ONE } mode = BENCH;
+    enum { BENCH, SWEEP, COST, LAYER, RING, ONE, LARGE } mode = BENCH;
     const char *kernel_arg = NULL;
     bool raw = false, quick = false, ref = false, big = false;
     int64_t one[3] = {0, 0, 0};
@@ -877,8 +963,10 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(a, "--layer-cost"))
             mode = LAYER;
-        else if (mode == LAYER && !strcmp(a, "405b"))
+        else if ((mode == LAYER || mode == LARGE) && !strcmp(a, "405b"))
             big = true;
+        else if (!strcmp(a, "--large-sweep"))
+            mode = LARGE;
         else if (!strcmp(a, "--decode-one") && i + 3 < argc) {
             mode = ONE;
             for (int j = 0; j < 3; j++)
@@ -950,6 +1038,7 @@ int main(int argc, char **argv)
     case LAYER: run_layer_cost(big); break;
     case RING: run_ring_sweep(); break;
     case ONE: run_decode_one(one[0], one[1], one[2], kernel); break;
+    case LARGE: run_large_sweep(big); break;
     }
     SK(gctx, smm_synchronize(gctx));
     smm_context_destroy(gctx);

@@ -64,8 +64,8 @@ static long auto_chose[SMM_GPU_KERNEL_COUNT];
 
 static const int nvidia_families[] = {
     SMM_GPU_KERNEL_AUTO, SMM_GPU_KERNEL_GENERIC, SMM_GPU_KERNEL_MMA,
-    SMM_GPU_KERNEL_WGMMA, SMM_GPU_KERNEL_TMA, SMM_GPU_KERNEL_DECODE,
-    SMM_GPU_KERNEL_DECODE_TMA, SMM_GPU_KERNEL_DECODE_RING};
+    SMM_GPU_KERNEL_WGMMA, SMM_GPU_KERNEL_TMA, SMM_GPU_KERNEL_TMA_PP,
+    SMM_GPU_KERNEL_DECODE, SMM_GPU_KERNEL_DECODE_TMA, SMM_GPU_KERNEL_DECODE_RING};
 static const int amd_families[] = {SMM_GPU_KERNEL_AUTO, SMM_GPU_KERNEL_GENERIC,
                                    SMM_GPU_KERNEL_MFMA};
 
@@ -329,6 +329,18 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
         if (kernel == SMM_GPU_KERNEL_DECODE_RING)
             c->force.stages = (int)cf_rng_range(r, 3, 8);
     }
+    if (kernel == SMM_GPU_KERNEL_TMA_PP) {
+        /* It declines azp and unaligned rows: mostly cases it takes. */
+        static const int st[] = {0, 4, 5};
+        c->force.stages = st[cf_rng_range(r, 0, 2)];
+        if (cf_rng_range(r, 0, 3) > 0)
+            c->azp = 0;
+        if (cf_rng_range(r, 0, 1)) {
+            c->off_a = c->off_b = 0;
+            c->lda = (c->lda + 15) / 16 * 16;
+            c->ldb = (c->ldb + 15) / 16 * 16;
+        }
+    }
 }
 
 static void run_family(int kernel, int cases)
@@ -342,7 +354,8 @@ static void run_family(int kernel, int cases)
 
     find_force_interface();
     for (int i = 0; i < cases; i++) {
-        random_case(&r, &c, kernel, i < 2);
+        /* Large cases: many tiles a block (the persistent kernels). */
+        random_case(&r, &c, kernel, i < (kernel == SMM_GPU_KERNEL_TMA_PP ? 6 : 2));
         if (i == 2) { /* int32 sums that wrap */
             c.m = 2, c.n = 3, c.k = 140000, c.lda = c.ldb = 140000, c.ldc = 3;
             c.off_a = c.off_b = c.off_c = 0, c.wrap = 1;

@@ -16,6 +16,10 @@
  *                 tile; mbarrier hand-over; the epilogue goes through shared
  *                 memory, 16 x 32 slices per warp, finished 4 elements per
  *                 lane with 8 / 16-byte stores.
+ *   tma_pp_kernel the same producer, 64 x 256 tiles: each consumer
+ *                 warpgroup owns whole tiles, the two in turn (ping-pong),
+ *                 so one tile's epilogue runs under the next one's wgmmas;
+ *                 no azp (the column sums stay with tma_kernel).
  */
 #include "launch.h"
 
@@ -286,6 +290,47 @@ SMM_DEV void smm_tma_epi4(const smm_epi_params &e, bool scaled, bool azp, int64_
 }
 
 /*
+ * The epilogue of a warp's 16 x 256 share of a tile (rows m0 .. m0 + 15,
+ * columns bn .. bn + 255; warp-level: every lane calls it), 32 columns at
+ * a time: register j * 4 + 2 h + c of the m64n256 accumulator is row g +
+ * 8 h, column 8 j + 2 q + c. The warp parks a 16 x 32 slice in st (its
+ * own 16 x SMM_TMA_STG_LD int32), then each lane finishes 4 consecutive
+ * elements of a row per step (8 lanes a row) and stores them with one 8-
+ * or 16-byte store. Column data cs / csb / cbias are indexed by the
+ * tile's column, row data rsa / rz by the warp's row (0 .. 15); cs and rz
+ * are read only with azp.
+ */
+SMM_DEV void smm_tma_epilogue(const int32_t (&acc)[128], int32_t *st, const smm_mm_dims &d,
+                              const smm_epi_params &e, bool scaled, bool azp, int64_t m0,
+                              int64_t bn, const int32_t *cs, const float *csb,
+                              const float *cbias, const float *rsa, const int32_t *rz)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int jc = 0; jc < 8; jc++) {
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(int2 *)(st + (g + 8 * h) * SMM_TMA_STG_LD + jj * 8 + 2 * q) =
+                    make_int2(acc[(jc * 4 + jj) * 4 + 2 * h], acc[(jc * 4 + jj) * 4 + 2 * h + 1]);
+        __syncwarp();
+#pragma unroll 1
+        for (int step = 0; step < 4; step++) {
+            const int idx = step * 32 + lane;
+            const int r = idx >> 3, cl = jc * 32 + (idx & 7) * 4;
+            const int64_t m = m0 + r, n = bn + cl;
+            if (m < d.m && n < d.n) {
+                const int4 v = *(const int4 *)(st + r * SMM_TMA_STG_LD + (idx & 7) * 4);
+                smm_tma_epi4(e, scaled, azp, m, n, d.n, v, azp ? cs + cl : NULL, csb + cl,
+                             cbias + cl, rsa[r], azp ? rz[r] : 0);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+/*
  * Persistent kernel, block tile 128 x 256, K step 128 bytes, 384 threads:
  * warpgroup 0 is the producer (one thread issues the tensor copies of A and
  * B tiles into SMM_TMA_STAGES shared-memory stages, 128-byte swizzle, rows
@@ -357,8 +402,7 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
         /* Consumers. */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int ctid = tid - 128, cwg = wg - 1;
-        const int lane = tid & 31, wwarp = (tid >> 5) & 3;
-        const int g = lane >> 2, q = lane & 3;
+        const int wwarp = (tid >> 5) & 3;
         const bool azp = e.azp != NULL;
         const bool scaled = e.c_dtype != SMM_DTYPE_I32;
         uint32_t it = 0;
@@ -423,45 +467,175 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
             }
             asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
-            /* Epilogue, 32 columns at a time: warp wwarp of the warpgroup
-             * holds rows 16 wwarp .. 16 wwarp + 15 of its 64, register
-             * j * 4 + 2 h + c being row g + 8 h, column 8 j + 2 q + c. The
-             * warp parks a 16 x 32 slice in shared memory, then each lane
-             * finishes 4 consecutive elements of a row per step (8 lanes a
-             * row) and stores them with one 8- or 16-byte store. */
-            {
-                int32_t *st = stg + (ctid >> 5) * (16 * SMM_TMA_STG_LD);
-                const int rbase = cwg * 64 + wwarp * 16;
-#pragma unroll
-                for (int jc = 0; jc < 8; jc++) {
-#pragma unroll
-                    for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            *(int2 *)(st + (g + 8 * h) * SMM_TMA_STG_LD + jj * 8 + 2 * q) =
-                                make_int2(acc[(jc * 4 + jj) * 4 + 2 * h],
-                                          acc[(jc * 4 + jj) * 4 + 2 * h + 1]);
-                    __syncwarp();
-#pragma unroll 1
-                    for (int step = 0; step < 4; step++) {
-                        const int idx = step * 32 + lane;
-                        const int r = idx >> 3, cl = jc * 32 + (idx & 7) * 4;
-                        const int64_t m = bm + rbase + r, n = bn + cl;
-                        if (m < d.m && n < d.n) {
-                            const int4 v = *(const int4 *)(st + r * SMM_TMA_STG_LD + (idx & 7) * 4);
-                            smm_tma_epi4(e, scaled, azp, m, n, d.n, v, cs + cl, csb + cl,
-                                         cbias + cl, csa[rbase + r], cz[rbase + r]);
-                        }
-                    }
-                    __syncwarp();
-                }
-            }
+            smm_tma_epilogue(acc, stg + (ctid >> 5) * (16 * SMM_TMA_STG_LD), d, e, scaled, azp,
+                             bm + cwg * 64 + wwarp * 16, bn, cs, csb, cbias,
+                             csa + cwg * 64 + wwarp * 16, cz + cwg * 64 + wwarp * 16);
         }
     }
 #else
     __shared__ int smm_no_tma[4];
     if (d.m < 0)
         ((volatile int *)smm_no_tma)[threadIdx.x & 3] = mtiles + ntiles + (int)e.ldc;
+#endif
+}
+
+/* The ping-pong form's shared memory with ST stages: stages of 64 x 128
+ * bytes of A and 256 x 128 of B, full / empty barriers per stage, two
+ * order barriers, per consumer warpgroup its tile's column data (scale_b,
+ * bias: 2 x 256 floats) and row data (scale_a, 64 floats), the epilogue
+ * slices, and the 1024-byte alignment slack. */
+#define SMM_TMA_PP_STAGES 4
+#define SMM_TMA_PP_SMEM(ST)                                                               \
+    ((ST) * (64 + 256) * 128 + 2 * (ST) * 8 + 2 * 8 + 2 * (2 * 256 + 64) * 4 +             \
+     8 * 16 * SMM_TMA_STG_LD * 4 + 1024)
+
+/*
+ * Ping-pong form of smm_tma_kernel (no azp), 384 threads: warpgroup 0 is
+ * the producer, as there; consumer warpgroups 1 and 2 each own a whole 64 x
+ * 256 tile (one m64n256k32 accumulator) and take the block's tiles in
+ * turn: the block's j-th tile is warpgroup 1 + j % 2's. The producer fills
+ * the stages with the tiles' k-tiles in that order, so a warpgroup's
+ * k-tile is iteration j ktiles + kt of the stage ring. A warpgroup starts
+ * a tile's products only once the other has issued all of the previous
+ * tile's (order[w] counts warpgroup w's finished main loops), so that the
+ * two main loops never share the tensor cores and a barrier's phase is
+ * never waited on two phases early; one warpgroup's epilogue then runs
+ * under the other's products. empty[s] counts the four warps of the
+ * warpgroup that read stage s. Tiles blockIdx.x, blockIdx.x + gridDim.x,
+ * ... in groups of 16 block rows. Needs 16-byte aligned rows of A and B.
+ */
+template <int STAGES>
+__global__ void __launch_bounds__(384, 1)
+smm_tma_pp_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ CUtensorMap tmb,
+                  smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
+{
+#if defined(SMM_HAVE_WGMMA)
+    constexpr int BM = 64, BN = 256, BK = 128;
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
+    constexpr int GROUP_M = 16;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw_addr = smm_smem_addr(smem_raw);
+    unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+    const uint32_t smem_base = smm_smem_addr(smem);
+    const uint32_t bar_full = smem_base + STAGES * STAGE_BYTES;
+    const uint32_t bar_empty = bar_full + STAGES * 8;
+    const uint32_t bar_order = bar_empty + STAGES * 8; /* 2 */
+    float *cdata = (float *)(smem + STAGES * STAGE_BYTES + 2 * STAGES * 8 + 2 * 8);
+    int32_t *stg = (int32_t *)(cdata + 2 * (2 * BN + BM)); /* 8 warps x 16 x SMM_TMA_STG_LD */
+
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int ktiles = (int)((d.k + BK - 1) / BK);
+    const int tiles = mtiles * ntiles;
+    const int in_group = GROUP_M * ntiles;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            smm_mbar_init(bar_full + 8 * s, 1);
+            smm_mbar_init(bar_empty + 8 * s, 4);
+        }
+        smm_mbar_init(bar_order, 128);
+        smm_mbar_init(bar_order + 8, 128);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer: every tile of the block, in order. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            uint32_t it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int first_m = (t / in_group) * GROUP_M;
+                const int group_rows = min(mtiles - first_m, GROUP_M);
+                const int bm = (first_m + (t % in_group) % group_rows) * BM;
+                const int bn = ((t % in_group) / group_rows) * BN;
+                for (int kt = 0; kt < ktiles; kt++, it++) {
+                    const uint32_t s = it % STAGES;
+                    const uint32_t sa = smem_base + s * STAGE_BYTES;
+                    smm_mbar_wait(bar_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    smm_mbar_expect_tx(bar_full + 8 * s, STAGE_BYTES);
+                    smm_tma_load_2d(sa, &tma, kt * BK, bm, bar_full + 8 * s);
+                    smm_tma_load_2d(sa + A_BYTES, &tmb, kt * BK, bn, bar_full + 8 * s);
+                }
+            }
+        }
+    } else {
+        /* Consumers: warpgroup c takes the block's tiles j = c, c + 2, ... */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1, ctid = tid & 127, wwarp = (tid >> 5) & 3, lane = tid & 31;
+        const bool scaled = e.c_dtype != SMM_DTYPE_I32;
+        float *csb = cdata + c * (2 * BN + BM), *cbias = csb + BN, *csa = cbias + BN;
+        const uint32_t order_mine = bar_order + 8 * c, order_other = bar_order + 8 * (c ^ 1);
+        uint32_t waits = 0; /* of order_other so far */
+        int32_t acc[128];
+        /* This warp is done with stage s (its wgmmas completed). */
+        auto release = [&](uint32_t s) {
+            if (lane == 0)
+                smm_mbar_arrive(bar_empty + 8 * s);
+        };
+
+        for (int j = c, t = blockIdx.x + c * gridDim.x; t < tiles; j += 2, t += 2 * gridDim.x) {
+            const int first_m = (t / in_group) * GROUP_M;
+            const int group_rows = min(mtiles - first_m, GROUP_M);
+            const int64_t bm = (int64_t)(first_m + (t % in_group) % group_rows) * BM;
+            const int64_t bn = (int64_t)((t % in_group) / group_rows) * BN;
+            uint32_t it = (uint32_t)j * (uint32_t)ktiles;
+
+#pragma unroll
+            for (int i = 0; i < 128; i++)
+                acc[i] = 0;
+            /* The other warpgroup has issued every product of tile j - 1. */
+            if (j > 0) {
+                smm_mbar_wait(order_other, waits & 1);
+                waits++;
+            }
+            for (int kt = 0; kt < ktiles; kt++, it++) {
+                const uint32_t s = it % STAGES;
+                const uint32_t sa = smem_base + s * STAGE_BYTES;
+                const uint32_t sb = sa + A_BYTES;
+                smm_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < BK / 32; kk++)
+                    smm_wgmma_64x256x32(acc, smm_wgmma_desc128(sa + 32 * kk),
+                                        smm_wgmma_desc128(sb + 32 * kk));
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                if (kt == ktiles - 1)
+                    smm_mbar_arrive(order_mine);
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                if (kt > 0)
+                    release((it - 1) % STAGES);
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            release((it - 1) % STAGES);
+
+            /* The tile's column and row data (after every warp of this
+             * warpgroup is done with its last tile's). */
+            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+            if (scaled) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int cl = ctid + 128 * h;
+                    const int64_t n = bn + cl < d.n ? bn + cl : d.n - 1;
+                    csb[cl] = __ldg(e.scale_b_per_col ? e.scale_b + n : e.scale_b);
+                    cbias[cl] = e.bias != NULL ? __ldg(e.bias + n) : 0.0f;
+                }
+                if (ctid < BM) {
+                    const int64_t m = bm + ctid < d.m ? bm + ctid : d.m - 1;
+                    csa[ctid] = __ldg(e.scale_a_per_row ? e.scale_a + m : e.scale_a);
+                }
+            }
+            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+
+            smm_tma_epilogue(acc, stg + ((tid - 128) >> 5) * (16 * SMM_TMA_STG_LD), d, e, scaled,
+                             false, bm + wwarp * 16, bn, NULL, csb, cbias, csa + wwarp * 16,
+                             NULL);
+        }
+    }
+#else
+    __shared__ int smm_no_tma_pp[4];
+    if (d.m < 0)
+        ((volatile int *)smm_no_tma_pp)[threadIdx.x & 3] = mtiles + ntiles + (int)e.ldc;
 #endif
 }
 
@@ -580,6 +754,48 @@ gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms
     *done = true;
     smm_tma_kernel<<<(unsigned)(mt * nt < sms ? mt * nt : sms), 384, SMM_TMA_SMEM, stream>>>(
         ta, tb, d, e, (int)mt, (int)nt);
+    return gpuGetLastError();
+}
+
+/* Whether the ping-pong kernels the driver loaded are the sm_90a ones. */
+bool smm_have_tma_pp(void)
+{
+    static signed char cache[64];
+    return smm_sm90a_loaded(smm_tma_pp_kernel<SMM_TMA_PP_STAGES>, cache) &&
+           smm_tmap_encoder() != NULL;
+}
+
+/* The ping-pong kernel with `stages` stages (4 or 5; else chosen) when
+ * the problem suits it (smm_launch_tma's conditions, and no azp); *done
+ * false: nothing launched. */
+gpuError_t smm_launch_tma_pp(const smm_mm_dims &d, const smm_epi_params &e, int sms, int stages,
+                             gpuStream_t stream, bool *done)
+{
+    const int64_t mt = (d.m + 63) / 64, nt = (d.n + 255) / 256;
+    static bool attr_set[2][64];
+    CUtensorMap ta, tb;
+
+    *done = false;
+    if (e.azp != NULL || d.k <= 0 || d.m >= INT32_MAX || d.n >= INT32_MAX ||
+        d.k >= INT32_MAX || d.lda % 16 != 0 || d.ldb % 16 != 0 || d.lda < d.k || d.ldb < d.k ||
+        ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 || mt * nt > INT32_MAX / 2)
+        return gpuSuccess;
+    if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.lda, 64) ||
+        !smm_make_tmap(&tb, d.b, d.n, d.k, d.ldb, 256))
+        return gpuSuccess;
+    const int f = (stages == 4 || stages == 5 ? stages : SMM_TMA_PP_STAGES) == 4 ? 0 : 1;
+    auto kern = f == 0 ? smm_tma_pp_kernel<4> : smm_tma_pp_kernel<5>;
+    const int smem = f == 0 ? SMM_TMA_PP_SMEM(4) : SMM_TMA_PP_SMEM(5);
+    const int dev = smm_cache_dev();
+    if (!attr_set[f][dev]) {
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
+        if (err != gpuSuccess)
+            return err;
+        attr_set[f][dev] = true;
+    }
+    *done = true;
+    kern<<<(unsigned)(mt * nt < sms ? mt * nt : sms), 384, smem, stream>>>(ta, tb, d, e, (int)mt,
+                                                                          (int)nt);
     return gpuGetLastError();
 }
 

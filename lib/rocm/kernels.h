@@ -69,6 +69,7 @@ enum smm_gpu_kernel {
     SMM_GPU_KERNEL_DECODE,      /* NVIDIA sm_80+, M <= 32: mma.sync decode */
     SMM_GPU_KERNEL_DECODE_TMA,  /* NVIDIA sm_90a, M <= 32: tensor-copy decode */
     SMM_GPU_KERNEL_DECODE_RING, /* NVIDIA sm_90a, M <= 32: ring decode */
+    SMM_GPU_KERNEL_TMA_PP,      /* NVIDIA sm_90a: TMA + wgmma, ping-pong */
     SMM_GPU_KERNEL_COUNT
 };
 
@@ -78,7 +79,7 @@ typedef struct smm_gpu_force {
     int cluster;  /* decode kernels: blocks per cluster (1, 2, 4; sm_90+);
                      0: chosen */
     int stages;   /* DECODE_TMA: stages (2 to 16); DECODE_RING: ring slots
-                     (3 to 8); 0: chosen */
+                     (3 to 8); TMA_PP: stages (4 or 5); 0: chosen */
     int pre;      /* DECODE with a packed B: 1 the shared-memory form
                      wherever it exists, -1 never, 0 chosen */
     int no_wgmma; /* AUTO: no sm_90a wgmma kernel (large M stays on MMA,

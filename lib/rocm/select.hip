@@ -3,7 +3,7 @@
  * problem, as a short table of rules, and the internal force interface
  * (smm_gpu_force_set). The kernels are in gemm_generic.hip (any GPU),
  * gemm_mfma.hip (AMD), gemm_mma.hip (NVIDIA sm_80+), gemm_wgmma.hip
- * (NVIDIA sm_90a, large M) and gemm_decode.hip (NVIDIA, M <= 32); every one
+ * (NVIDIA sm_90a, M > 32) and gemm_decode.hip (NVIDIA, M <= 32); every one
  * gives the same bits, so the rules only choose speed. The measurements
  * behind them are summarised in doc/design.md.
  */
@@ -16,7 +16,8 @@
 SMM_GPU_FORCE_API const char *smm_gpu_kernel_name(int kernel)
 {
     static const char *const names[SMM_GPU_KERNEL_COUNT] = {
-        "auto", "generic", "mfma", "mma", "wgmma", "tma", "decode", "decode_tma", "decode_ring"};
+        "auto", "generic", "mfma", "mma", "wgmma", "tma", "decode", "decode_tma", "decode_ring",
+        "tma_pp"};
     return kernel >= 0 && kernel < SMM_GPU_KERNEL_COUNT ? names[kernel] : "?";
 }
 
@@ -165,17 +166,25 @@ static bool smm_when_unaligned(const smm_sel &s)
 {
     return !s.al16;
 }
+static bool smm_when_tma_pp(const smm_sel &s)
+{
+    return s.cc == 90 &&
+           (s.k == SMM_GPU_KERNEL_TMA_PP ||
+            (s.k == SMM_GPU_KERNEL_AUTO && s.d->m > 32 && s.sm90a_auto)) &&
+           smm_have_tma_pp();
+}
 static bool smm_when_tma(const smm_sel &s)
 {
     return s.cc == 90 &&
-           (s.k == SMM_GPU_KERNEL_TMA || (s.k == SMM_GPU_KERNEL_AUTO && s.big && s.sm90a_auto)) &&
+           (s.k == SMM_GPU_KERNEL_TMA || s.k == SMM_GPU_KERNEL_TMA_PP ||
+            (s.k == SMM_GPU_KERNEL_AUTO && s.big && s.sm90a_auto)) &&
            smm_have_tma();
 }
 static bool smm_when_wgmma(const smm_sel &s)
 {
     return s.cc == 90 &&
-           (s.k == SMM_GPU_KERNEL_TMA || s.k == SMM_GPU_KERNEL_WGMMA ||
-            (s.k == SMM_GPU_KERNEL_AUTO && s.big && !s.f->no_wgmma)) &&
+           (s.k == SMM_GPU_KERNEL_TMA || s.k == SMM_GPU_KERNEL_TMA_PP ||
+            s.k == SMM_GPU_KERNEL_WGMMA || (s.k == SMM_GPU_KERNEL_AUTO && s.big && !s.f->no_wgmma)) &&
            smm_have_wgmma();
 }
 static bool smm_when_big(const smm_sel &s)
@@ -201,8 +210,10 @@ static const smm_rule smm_nvidia_rules[] = {
      "M <= 32, rows 16-byte aligned: every weight byte read once, straight into mma fragments"},
     {SMM_GPU_KERNEL_MMA, SMM_MMA_128X128_GUARDED, smm_when_unaligned,
      "rows not 16-byte aligned: no cp.async or tensor copies, guarded loads"},
+    {SMM_GPU_KERNEL_TMA_PP, 0, smm_when_tma_pp,
+     "sm_90a, M > 32, no azp: TMA + wgmma ping-pong, one tile's epilogue under the next one's products"},
     {SMM_GPU_KERNEL_TMA, 0, smm_when_tma,
-     "sm_90a, 128 x 256 tiles fill the SMs: TMA + wgmma, the fastest large-M kernel"},
+     "sm_90a, 128 x 256 tiles fill the SMs (azp, which the ping-pong form declines): TMA + wgmma"},
     {SMM_GPU_KERNEL_WGMMA, 0, smm_when_wgmma,
      "sm_90a, 128 x 256 tiles fill the SMs, TMA unavailable or off: cp.async + wgmma"},
     {SMM_GPU_KERNEL_MMA, SMM_MMA_128X256, smm_when_big,
@@ -252,6 +263,8 @@ static gpuError_t smm_run_rule(const smm_rule &r, const smm_sel &s, const smm_mm
     case SMM_GPU_KERNEL_DECODE: return smm_launch_decode_mma(dplan, e, g, cs, stream);
     case SMM_GPU_KERNEL_MMA: return smm_launch_mma(*s.d, e, (smm_mma_form)r.form, stream);
     case SMM_GPU_KERNEL_TMA: return smm_launch_tma(*s.d, e, s.sms, stream, done);
+    case SMM_GPU_KERNEL_TMA_PP:
+        return smm_launch_tma_pp(*s.d, e, s.sms, s.f->stages, stream, done);
     case SMM_GPU_KERNEL_WGMMA: return smm_launch_wgmma(*s.d, e, stream);
 #endif
     default: *done = false; return gpuSuccess;
@@ -317,7 +330,7 @@ static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static)
         s.k = SMM_GPU_KERNEL_AUTO;
     {
         const bool tiled = s.k == SMM_GPU_KERNEL_MMA || s.k == SMM_GPU_KERNEL_WGMMA ||
-                           s.k == SMM_GPU_KERNEL_TMA;
+                           s.k == SMM_GPU_KERNEL_TMA || s.k == SMM_GPU_KERNEL_TMA_PP;
         s.decode = s.cc >= 80 && s.k != SMM_GPU_KERNEL_GENERIC && s.al16 && d.m <= 32 && !tiled;
         if (!s.decode && (s.k == SMM_GPU_KERNEL_DECODE || s.k == SMM_GPU_KERNEL_DECODE_TMA ||
                           s.k == SMM_GPU_KERNEL_DECODE_RING))
