@@ -330,8 +330,18 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
             c->force.stages = (int)cf_rng_range(r, 3, 8);
     }
     if (kernel == SMM_GPU_KERNEL_TMA_PP) {
-        /* It declines azp and unaligned rows: mostly cases it takes. */
+        /* It declines azp and unaligned rows: mostly cases it takes. Of
+         * the large ones, some with more k-tiles than stages and more
+         * 64 x 256 tiles than SMs. */
         static const int st[] = {0, 4, 5};
+        if (big && cf_rng_range(r, 0, 1)) {
+            c->m = cf_rng_range(r, 700, 1100);
+            c->n = cf_rng_range(r, 2048, 2300);
+            c->k = cf_rng_range(r, 600, 1100);
+            c->lda = rnd_ld(r, c->k, c->m);
+            c->ldb = rnd_ld(r, c->k, c->n);
+            c->ldc = rnd_ld(r, c->n, c->m);
+        }
         c->force.stages = st[cf_rng_range(r, 0, 2)];
         if (cf_rng_range(r, 0, 3) > 0)
             c->azp = 0;

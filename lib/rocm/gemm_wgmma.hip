@@ -488,6 +488,7 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
 #define SMM_TMA_PP_SMEM(ST)                                                               \
     ((ST) * (64 + 256) * 128 + 2 * (ST) * 8 + 2 * 8 + 2 * (2 * 256 + 64) * 4 +             \
      8 * 16 * SMM_TMA_STG_LD * 4 + 1024)
+static_assert(SMM_TMA_PP_SMEM(5) <= 227 * 1024, "five stages fit one block per SM (sm_90)");
 
 /*
  * Ping-pong form of smm_tma_kernel (no azp), 384 threads: warpgroup 0 is
