@@ -675,9 +675,11 @@ static void run_layer_cost(bool big)
     const int launches = 1000;
     const int64_t max_k = big ? 16384 : 14336;
     bufs d = bufs_alloc(32, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
-    /* measured before packing: the copy overwrites the second half of the
-     * weights, which only the rotation (not the check, on copy 0) reads */
+    /* measured on the weights' buffer, whose second half the copy
+     * overwrites: put back from the host copy before packing (with 405B,
+     * copy 0 is the whole buffer, and the check reads copy 0) */
     const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
+    SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
     std::vector<uint16_t> hx((size_t)(32 * max_k));
     for (uint16_t &v : hx)
         v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
