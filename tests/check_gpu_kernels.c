@@ -297,7 +297,12 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
         c->m = cf_rng_range(r, 1, 33);
     c->n = pick(r, edge_mn, (int)(sizeof edge_mn / sizeof edge_mn[0]));
     c->k = pick(r, edge_k, (int)(sizeof edge_k / sizeof edge_k[0]));
-    if (big) {
+    if (big && kernel == SMM_GPU_KERNEL_TMA_PP && cf_rng_range(r, 0, 1)) {
+        /* more k-tiles than stages and more 64 x 256 tiles than SMs */
+        c->m = cf_rng_range(r, 700, 1100);
+        c->n = cf_rng_range(r, 2048, 2300);
+        c->k = cf_rng_range(r, 600, 1100);
+    } else if (big) {
         c->m = cf_rng_range(r, 0, 1) ? 2048 : cf_rng_range(r, 1, 32);
         c->n = 4096 + cf_rng_range(r, 0, 1) * cf_rng_range(r, 1, 255);
         c->k = 128 * cf_rng_range(r, 1, 3) + cf_rng_range(r, 0, 1) * 64;
@@ -330,18 +335,8 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
             c->force.stages = (int)cf_rng_range(r, 3, 8);
     }
     if (kernel == SMM_GPU_KERNEL_TMA_PP) {
-        /* It declines azp and unaligned rows: mostly cases it takes. Of
-         * the large ones, some with more k-tiles than stages and more
-         * 64 x 256 tiles than SMs. */
+        /* It declines azp and unaligned rows: mostly cases it takes. */
         static const int st[] = {0, 4, 5};
-        if (big && cf_rng_range(r, 0, 1)) {
-            c->m = cf_rng_range(r, 700, 1100);
-            c->n = cf_rng_range(r, 2048, 2300);
-            c->k = cf_rng_range(r, 600, 1100);
-            c->lda = rnd_ld(r, c->k, c->m);
-            c->ldb = rnd_ld(r, c->k, c->n);
-            c->ldc = rnd_ld(r, c->n, c->m);
-        }
         c->force.stages = st[cf_rng_range(r, 0, 2)];
         if (cf_rng_range(r, 0, 3) > 0)
             c->azp = 0;
