@@ -331,8 +331,10 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
         c->force.pre = (int)cf_rng_range(r, -1, 1);
         if (kernel == SMM_GPU_KERNEL_DECODE_TMA)
             c->force.stages = (int)cf_rng_range(r, 2, 16);
-        if (kernel == SMM_GPU_KERNEL_DECODE_RING)
+        if (kernel == SMM_GPU_KERNEL_DECODE_RING) {
             c->force.stages = (int)cf_rng_range(r, 3, 8);
+            c->force.cluster = (int)cf_rng_range(r, 1, 4); /* the ring also takes 3 */
+        }
     }
     if (kernel == SMM_GPU_KERNEL_TMA_PP) {
         /* It declines azp and unaligned rows: mostly cases it takes. */
@@ -845,8 +847,10 @@ START_TEST(test_late_inputs)
         pc.force.pre = (int)cf_rng_range(&r, -1, 1);
         if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_TMA)
             pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 2, 16);
-        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING)
+        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING) {
             pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 3, 8);
+            pc.force.cluster = (int)cf_rng_range(&r, 0, 4); /* 0: chosen; 3 too */
+        }
         run_pipe(ref, g, &pc, types[cf_rng_range(&r, 0, 2)], 0, &r);
     }
     printf("check_gpu_kernels: late inputs: 80 cases\n");

@@ -1710,7 +1710,8 @@ template <int NT, bool AZP, bool PART>
 static gpuError_t smm_launch_ring_nap(const smm_mm_dims &d, const smm_epi_params &e, int64_t rt,
                                       int s, int r, int share, gpuStream_t stream)
 {
-    return s == 4 ? smm_launch_ring_ns<NT, 4, AZP, PART>(d, e, rt * 4, r, share, stream)
+    return s == 4   ? smm_launch_ring_ns<NT, 4, AZP, PART>(d, e, rt * 4, r, share, stream)
+           : s == 3 ? smm_launch_ring_ns<NT, 3, AZP, PART>(d, e, rt * 3, r, share, stream)
            : s == 2 ? smm_launch_ring_ns<NT, 2, AZP, PART>(d, e, rt * 2, r, share, stream)
                     : smm_launch_ring_ns<NT, 1, AZP, PART>(d, e, rt, r, share, stream);
 }
@@ -1753,7 +1754,7 @@ gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
         return gpuSuccess;
     int s = smm_ring_split(rt, sms);
     if (f.cluster > 0)
-        s = f.cluster;
+        s = f.cluster < 4 ? f.cluster : 4;
     if (s > nslot)
         s = nslot >= 2 ? 2 : 1;
     /* Each block's share of K's slots; of two blocks at M <= 16, block 0
