@@ -29,7 +29,7 @@
  *   build-cuda/gpu-tune --decode-sweep   # every decode variant, weight GB/s
  *   build-cuda/gpu-tune --launch-cost [raw] [quick]
  *   build-cuda/gpu-tune --layer-cost [405b]  # the decode layer: stream and graph
- *   build-cuda/gpu-tune --ring-sweep     # ring decode: clusters x slots
+ *   build-cuda/gpu-tune --ring-sweep [405b]  # ring decode: clusters x slots
  *   build-cuda/gpu-tune --large-sweep [405b]  # large M: TMA, ping-pong
  *   ncu build-cuda/gpu-tune --decode-one 16 4096 4096 [KERNEL]
  *
@@ -69,9 +69,11 @@
  *                   alone, each as 1000 stream launches and as a CUDA
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
- *   --ring-sweep    the ring decode kernel with 1, 2, 4 cluster blocks and
- *                   3, 4, 5, 6, 8 slots against the automatic choice, M =
- *                   16, 32, packed B, 2000 stream launches, us per launch.
+ *   --ring-sweep    the ring decode kernel with 1, 2, 3, 4 cluster blocks
+ *                   and 4, 6, 8 slots against the automatic choice, M
+ *                   = 1, 8, 16, 32 on the four layers (405b: the 405B TP=4
+ *                   ones instead), packed B, CUDA-graph replays of 500
+ *                   launches, us per launch; every point checked.
  *   --large-sweep   M = 64, 256, 1024, 2048, 4096, 8192 on the four layers (405b: and the
  *                   405B ones), bf16 out: TOPS of the TMA kernel, its
  *                   ping-pong form with 4 and 5 stages, the mma.sync
@@ -778,38 +780,39 @@ static void run_layer_cost(bool big)
     bufs_free(d);
 }
 
-static void run_ring_sweep(void)
+static void run_ring_sweep(bool big)
 {
-    const int splits[] = {1, 2, 4}, slots[] = {3, 4, 5, 6, 8};
-    const int64_t ms[] = {16, 32};
-    const int launches = 2000;
-    bufs d = bufs_alloc(32, 28672, 14336, (int64_t)384 << 20);
-    printf("ring sweep, us per launch (%d stream launches, packed B, median of 5); columns: "
-           "the automatic choice, then s<cluster blocks>r<slots>; -: the ring kernel did not "
-           "run\n%-3s %-6s %-6s %7s",
-           launches, "M", "N", "K", "auto");
-    for (int si = 0; si < 3; si++)
-        for (int ri = 0; ri < 5; ri++)
-            printf("   s%dr%d", splits[si], slots[ri]);
+    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
+                                       {16384, 13312}};
+    const int splits[] = {1, 2, 3, 4}, slots[] = {4, 6, 8};
+    const int64_t ms[] = {1, 8, 16, 32};
+    const int launches = 500, ncol = 1 + 4 * 3;
+    bufs d = bufs_alloc(32, 28672, big ? 16384 : 14336,
+                        big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
+    printf("ring sweep (%s layers), us per launch (CUDA-graph replays of %d launches, packed "
+           "B, bf16 out, median of 5); columns: the automatic choice, then s<cluster "
+           "blocks>r<slots>; -: the ring kernel did not run\n%-3s %-6s %-6s %7s",
+           big ? "Llama-3.1-405B TP=4" : "Llama-3.1-8B", launches, "M", "N", "K", "auto");
+    for (int c = 1; c < ncol; c++)
+        printf("   s%dr%d", splits[(c - 1) / 3], slots[(c - 1) % 3]);
     printf("\n");
     for (int s = 0; s < 4; s++) {
-        const int64_t n = layers[s][0], k = layers[s][1];
+        const int64_t n = big ? l405[s][0] : layers[s][0], k = big ? l405[s][1] : layers[s][1];
         const int copies = copies_of(d, n, k);
         std::vector<smm_packed_b *> pb = pack_copies(d, n, k, copies);
         for (int64_t m : ms) {
             fprintf(stderr, "gpu-tune: M %lld N %lld K %lld\n", (long long)m, (long long)n,
                     (long long)k);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
-            for (int c = 0; c < 16; c++) {
-                double tq, tt;
+            for (int c = 0; c < ncol; c++) {
                 const smm_gpu_force f =
                     c == 0 ? force_of(0, 0, 0, 0, 0)
-                           : force_of(SMM_GPU_KERNEL_DECODE_RING, 0, splits[(c - 1) / 5],
-                                      slots[(c - 1) % 5], 0);
+                           : force_of(SMM_GPU_KERNEL_DECODE_RING, 0, splits[(c - 1) / 3],
+                                      slots[(c - 1) % 3], 0);
                 force_set(&f);
-                stream_time(launches, [&](int l) {
+                const double tt = graph_time(launches, 5, [&](int l) {
                     launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, &pb);
-                }, &tq, &tt);
+                });
                 const int ran = check_point(d, m, n, k, SMM_DTYPE_BF16, &pb);
                 force_set(NULL);
                 if (c > 0 && ran != SMM_GPU_KERNEL_DECODE_RING)
@@ -922,7 +925,7 @@ static void run_large_sweep(bool big)
 static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
-            "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep | "
+            "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep [405b] | "
             "--large-sweep [405b] | --decode-one M N K [KERNEL]]\n",
             why);
     return 2;
@@ -965,7 +968,7 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(a, "--layer-cost"))
             mode = LAYER;
-        else if ((mode == LAYER || mode == LARGE) && !strcmp(a, "405b"))
+        else if ((mode == LAYER || mode == LARGE || mode == RING) && !strcmp(a, "405b"))
             big = true;
         else if (!strcmp(a, "--large-sweep"))
             mode = LARGE;
@@ -1038,7 +1041,7 @@ int main(int argc, char **argv)
     case SWEEP: run_decode_sweep(); break;
     case COST: run_launch_cost(!raw, quick); break;
     case LAYER: run_layer_cost(big); break;
-    case RING: run_ring_sweep(); break;
+    case RING: run_ring_sweep(big); break;
     case ONE: run_decode_one(one[0], one[1], one[2], kernel); break;
     case LARGE: run_large_sweep(big); break;
     }
