@@ -1729,19 +1729,21 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
                 : smm_launch_ring_nap<NT, false, false>(d, e, rt, s, r, share, stream);
 }
 
-/* The blocks per cluster of the ring decode kernel for rt 64-row blocks:
- * two (each about half of K; smm_launch_decode_ring) where that still
- * leaves at most one block per SM, else one. */
+/* The blocks per cluster of the ring decode kernel for rt 64-row blocks
+ * (each block a 1/s share of K; smm_launch_decode_ring): two where that
+ * still leaves at most one block per SM; else three where the 3 rt blocks
+ * fit two per SM, so that the SMs holding two stream 2/3 of a row block's
+ * weights rather than all of it (sms / 2 < rt <= 2 sms / 3); else one. */
 static int smm_ring_split(int64_t rt, int sms)
 {
-    return 2 * rt <= (int64_t)sms ? 2 : 1;
+    return 2 * rt <= (int64_t)sms ? 2 : 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
 }
 
 /* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
  * multiples of 16, K > 0, sizes below 2^31); *done false: nothing
  * launched. Ring slots: with at most one block per SM the most; with more
- * blocks than SMs the most with which two blocks share an SM. Splits of K
- * that leave more blocks than SMs were slower. */
+ * blocks than SMs the most with which two blocks share an SM. The split of
+ * K: smm_ring_split. */
 gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e, int sms,
                                   const smm_gpu_force &f, gpuStream_t stream, bool *done)
 {
