@@ -1733,7 +1733,9 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
  * (each block a 1/s share of K; smm_launch_decode_ring): two where that
  * still leaves at most one block per SM; else three where the 3 rt blocks
  * fit two per SM, so that the SMs holding two stream 2/3 of a row block's
- * weights rather than all of it (sms / 2 < rt <= 2 sms / 3); else one. */
+ * weights rather than all of it (sms / 2 < rt <= 2 sms / 3; clusters sit
+ * within a GPC, so near the top of that range a few clusters wait); else
+ * one. */
 static int smm_ring_split(int64_t rt, int sms)
 {
     return 2 * rt <= (int64_t)sms ? 2 : 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
