@@ -159,6 +159,10 @@ static rt_event ev0, ev1;
 static long failures;
 
 static const int64_t layers[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+/* (N, K) of the Llama-3.1-405B TP=4 layers qkv, o, gate_up, down (the
+ * modes' 405b option) */
+static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
+                                   {16384, 13312}};
 
 /* ---- the force interface, from the plugin the library loaded ---- */
 
@@ -671,8 +675,6 @@ static void run_launch_cost(bool packed, bool quick)
  * smm_linear on weight copy 0. */
 static void run_layer_cost(bool big)
 {
-    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
-                                       {16384, 13312}};
     const int64_t ms[] = {1, 2, 4, 8, 16, 32};
     const int launches = 1000;
     const int64_t max_k = big ? 16384 : 14336;
@@ -782,8 +784,6 @@ static void run_layer_cost(bool big)
 
 static void run_ring_sweep(bool big)
 {
-    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
-                                       {16384, 13312}};
     const int splits[] = {1, 2, 3, 4}, slots[] = {4, 6, 8};
     const int64_t ms[] = {1, 8, 16, 32};
     const int launches = 500, ncol = 1 + 4 * 3;
@@ -850,8 +850,6 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel)
  * (median); TOPS and the forms' ratios. Every form's point checked. */
 static void run_large_sweep(bool big)
 {
-    static const int64_t l405[4][2] = {{4608, 16384}, {16384, 4096}, {26624, 16384},
-                                       {16384, 13312}};
     const int64_t ms[] = {64, 256, 1024, 2048, 4096, 8192};
     struct form {
         const char *name;
