@@ -327,14 +327,14 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
     if (is_decode(kernel) && cf_rng_range(r, 0, 1)) {
         static const int g[] = {1, 2, 4}, s[] = {1, 2, 4};
         c->force.groups = g[cf_rng_range(r, 0, 2)];
-        c->force.cluster = s[cf_rng_range(r, 0, 2)];
+        /* the ring also takes 3 */
+        c->force.cluster = kernel == SMM_GPU_KERNEL_DECODE_RING ? (int)cf_rng_range(r, 1, 4)
+                                                                 : s[cf_rng_range(r, 0, 2)];
         c->force.pre = (int)cf_rng_range(r, -1, 1);
         if (kernel == SMM_GPU_KERNEL_DECODE_TMA)
             c->force.stages = (int)cf_rng_range(r, 2, 16);
-        if (kernel == SMM_GPU_KERNEL_DECODE_RING) {
+        if (kernel == SMM_GPU_KERNEL_DECODE_RING)
             c->force.stages = (int)cf_rng_range(r, 3, 8);
-            c->force.cluster = (int)cf_rng_range(r, 1, 4); /* the ring also takes 3 */
-        }
     }
     if (kernel == SMM_GPU_KERNEL_TMA_PP) {
         /* It declines azp and unaligned rows: mostly cases it takes. */
@@ -843,14 +843,15 @@ START_TEST(test_late_inputs)
         if (gpu_backend != SMM_BACKEND_CUDA)
             pc.force.kernel = SMM_GPU_KERNEL_AUTO;
         pc.force.groups = gs[cf_rng_range(&r, 0, 3)];
-        pc.force.cluster = gs[cf_rng_range(&r, 0, 3)];
+        /* 0: chosen; the ring also takes 3 */
+        pc.force.cluster = pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING
+                               ? (int)cf_rng_range(&r, 0, 4)
+                               : gs[cf_rng_range(&r, 0, 3)];
         pc.force.pre = (int)cf_rng_range(&r, -1, 1);
         if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_TMA)
             pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 2, 16);
-        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING) {
+        if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING)
             pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 3, 8);
-            pc.force.cluster = (int)cf_rng_range(&r, 0, 4); /* 0: chosen; 3 too */
-        }
         run_pipe(ref, g, &pc, types[cf_rng_range(&r, 0, 2)], 0, &r);
     }
     printf("check_gpu_kernels: late inputs: 80 cases\n");
