@@ -209,6 +209,11 @@ typedef struct bench_machine {
                               multiply-add); 0: not measured */
     char peak_insn[96];    /* the instruction timed, or why none was */
     double peak_s;         /* seconds the peak measurement took */
+    double tile_gops;      /* the AMX tile peak (tdpbusd), 1e9 ops/s; 0:
+                              not measured */
+    char tile_insn[96];    /* the instruction timed, why not measured, or
+                              empty (no AMX-INT8) */
+    double tile_s;         /* seconds the tile peak measurement took */
     double bw_gbps;        /* memory read bandwidth, 1e9 bytes/s: the
                               probe's fastest repetition (bw_max_gbps); 0:
                               not measured */
@@ -231,6 +236,10 @@ typedef struct bench_machine {
  *    multiply-adds per vpmaddwd); calibrated to about 0.1 s per run, median
  *    of 3 runs; ops = 2 x multiply-adds. Not measured off x86 or without
  *    AVX2 (peak_gops 0).
+ *  - on a CPU with AMX-INT8, the tile peak the same way: tdpbusd into 6
+ *    independent accumulator tiles of 16 x 64 bytes (16384 multiply-adds
+ *    each), when SMM_CPU_ISA allows the amx_int8 level and Linux grants
+ *    the tile state (tile_gops 0 otherwise, tile_insn saying why).
  *  - the memory read bandwidth: every thread ORs its own contiguous part
  *    of a buffer of 4 x all the L3 caches together (llc_bytes x
  *    l3_instances), at least 8 x llc_bytes, at most a quarter of the

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -131,6 +134,54 @@ static void peak_avx2(long iters, int32_t *sink)
           "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
           "xmm15");
 }
+
+/* AMX-INT8: tdpbusd on 16 x 64-byte tiles, 16 x 16 x 64 = 16384 MACs each:
+ * 6 accumulator tiles (tmm0-5) against one A tile (tmm6, u8) and one B
+ * tile (tmm7, s8), all zero (the values do not change the timing), so 6
+ * independent chains. The tile configuration is per thread: each call
+ * loads it and releases the tiles at the end. */
+#define DP_T(i) "tdpbusd %%tmm7, %%tmm6, %%tmm" #i "\n\t"
+__attribute__((target("amx-tile,amx-int8")))
+static void peak_amx(long iters, int32_t *sink)
+{
+    unsigned char cfg[64] __attribute__((aligned(64)));
+    int32_t out[16 * 16] __attribute__((aligned(64)));
+    int i;
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1; /* palette 1 */
+    for (i = 0; i < 8; i++) {
+        cfg[16 + 2 * i] = 64; /* bytes per row (little-endian uint16) */
+        cfg[48 + i] = 16;     /* rows */
+    }
+    __asm__ volatile(
+        "ldtilecfg (%2)\n\t"
+        "tilezero %%tmm0\n\t" "tilezero %%tmm1\n\t" "tilezero %%tmm2\n\t"
+        "tilezero %%tmm3\n\t" "tilezero %%tmm4\n\t" "tilezero %%tmm5\n\t"
+        "tilezero %%tmm6\n\t" "tilezero %%tmm7\n\t"
+        "1:\n\t"
+        DP_T(0) DP_T(1) DP_T(2) DP_T(3) DP_T(4) DP_T(5)
+        "sub $1, %0\n\t"
+        "jnz 1b\n\t"
+        "mov $64, %%rax\n\t"
+        "tilestored %%tmm0, (%1,%%rax,1)\n\t"
+        "tilerelease\n\t"
+        : "+r"(iters)
+        : "r"(out), "r"(cfg)
+        : "memory", "cc", "rax");
+    memcpy(sink, out, 16 * sizeof(int32_t));
+}
+
+/* Whether this process may use the AMX tile state: Linux grants it on
+ * request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), as the
+ * library's AMX level asks for it too. */
+static int amx_permitted(void)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
 #endif
 
 typedef void (*peak_fn)(long iters, int32_t *sink);
@@ -216,18 +267,14 @@ static double peak_run(const peak_kernel *k, int threads, long iters)
     return t1 - t0;
 }
 
-static void measure_peak(bench_machine *mc, int threads)
+/* Times k on every thread: calibrated to about PEAK_REP_S per run, median
+ * of PEAK_REPS runs; 1e9 ops/s (2 per multiply-add). */
+static double peak_gops(const peak_kernel *k, int threads)
 {
-    const peak_kernel *k = peak_choose();
-    double times[PEAK_REPS], t, t0 = timer_now();
+    double times[PEAK_REPS], t;
     long iters = 1L << 12;
     int r, pass;
 
-    if (!k) {
-        snprintf(mc->peak_insn, sizeof mc->peak_insn, "no int8 dot-product loop for "
-                 "this CPU%s", level_rank(getenv("SMM_CPU_ISA")) == 0 ? " at this SMM_CPU_ISA level" : "");
-        return;
-    }
     /* Calibration (also starts the threads and brings the clocks up):
      * double until long enough; the faster of two runs, so that a thread
      * descheduled once on a busy machine does not shrink the count. */
@@ -253,10 +300,54 @@ static void measure_peak(bench_machine *mc, int threads)
         if (t >= 0.5 * PEAK_REP_S)
             break;
     }
-    mc->peak_gops = 2.0 * (double)k->macs_per_iter * (double)iters * (double)threads /
-                    t * 1e-9;
+    return 2.0 * (double)k->macs_per_iter * (double)iters * (double)threads / t * 1e-9;
+}
+
+static void measure_peak(bench_machine *mc, int threads)
+{
+    const peak_kernel *k = peak_choose();
+    double t0 = timer_now();
+
+    if (!k) {
+        snprintf(mc->peak_insn, sizeof mc->peak_insn, "no int8 dot-product loop for "
+                 "this CPU%s", level_rank(getenv("SMM_CPU_ISA")) == 0 ? " at this SMM_CPU_ISA level" : "");
+        return;
+    }
+    mc->peak_gops = peak_gops(k, threads);
     snprintf(mc->peak_insn, sizeof mc->peak_insn, "%s", k->insn);
     mc->peak_s = timer_now() - t0;
+}
+
+/* The AMX tile peak, on a CPU with AMX-INT8 (else nothing: tile_insn
+ * empty), when SMM_CPU_ISA lets the backend use it and Linux grants the
+ * tile state (else tile_insn says why not). */
+static void measure_tile_peak(bench_machine *mc, int threads)
+{
+#if BM_X86
+    static const peak_kernel amx = { "amx_int8", "tdpbusd (AMX-INT8, 16 x 16 x 64 = 16384 MACs "
+                                     "each)", 6 * 16384, peak_amx };
+    const int cap = level_rank(getenv("SMM_CPU_ISA"));
+    double t0 = timer_now();
+
+    if (!has_word(smm_cpu_features(), "amx_int8"))
+        return;
+    if (cap >= 0 && level_rank("amx_int8") > cap) {
+        snprintf(mc->tile_insn, sizeof mc->tile_insn, "SMM_CPU_ISA caps the backend below "
+                 "amx_int8");
+        return;
+    }
+    if (!amx_permitted()) {
+        snprintf(mc->tile_insn, sizeof mc->tile_insn, "Linux did not grant the AMX tile "
+                 "state (arch_prctl ARCH_REQ_XCOMP_PERM)");
+        return;
+    }
+    mc->tile_gops = peak_gops(&amx, threads);
+    snprintf(mc->tile_insn, sizeof mc->tile_insn, "%s", amx.insn);
+    mc->tile_s = timer_now() - t0;
+#else
+    (void)mc;
+    (void)threads;
+#endif
 }
 
 /* ---- memory read bandwidth ---- */
@@ -448,5 +539,6 @@ void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes,
         threads = 1;
     mc->threads = threads;
     measure_peak(mc, threads);
+    measure_tile_peak(mc, threads);
     measure_bandwidth(mc, threads, llc_bytes, l3_instances);
 }

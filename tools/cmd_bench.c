@@ -62,7 +62,7 @@ void cmd_bench_help(FILE *f)
 
 enum {
     C_MODEL, C_LAYER, C_M, C_N, C_K, C_RUNS, C_QUANT, C_MM, C_LAYER_MS, C_GOPS,
-    C_PCT_PEAK, C_GBPS, C_PCT_BW, C_SGEMM_RUNS, C_SGEMM, C_SPEEDUP, C_ONEDNN_RUNS,
+    C_PCT_PEAK, C_PCT_TILE, C_GBPS, C_PCT_BW, C_SGEMM_RUNS, C_SGEMM, C_SPEEDUP, C_ONEDNN_RUNS,
     C_ONEDNN, C_VS_ONEDNN, C_VERIFY, NCOLS
 };
 
@@ -78,6 +78,7 @@ static const out_column columns[NCOLS] = {
     { "layer_ms",    COL_REAL, 3 },
     { "GOPS",        COL_REAL, 1 },
     { "pct_peak",    COL_REAL, 1 },
+    { "pct_tile",    COL_REAL, 1 },
     { "weight_GBps", COL_REAL, 2 },
     { "pct_bw",      COL_REAL, 1 },
     { "sgemm_runs",  COL_INT,  0 },
@@ -193,7 +194,7 @@ static void gm_append(char *buf, size_t size, const char *name, int decimals, co
 /* What the geomean lines and the oneDNN line collect over the rows. */
 typedef struct bench_summary {
     int large_points, small_points;
-    gmean large_vs_onednn, large_speedup, large_pct_peak, large_mm_gops;
+    gmean large_vs_onednn, large_speedup, large_pct_peak, large_pct_tile, large_mm_gops;
     gmean small_vs_onednn, small_pct_bw, small_pct_copy_bw;
     char impls[4][160];   /* distinct oneDNN implementations seen */
     int nimpls;
@@ -514,6 +515,15 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
         else
             snprintf(buf, sizeof buf, "not measured (%s)", mc->peak_insn);
         out_meta_str(t, "peak", buf);
+        if (mc->tile_gops > 0.0) {
+            snprintf(buf, sizeof buf, "%.1f GOPS int8, %s; %d thread%s, register-only "
+                     "loop, median of 3 (%.2f s)", mc->tile_gops, mc->tile_insn,
+                     mc->threads, mc->threads == 1 ? "" : "s", mc->tile_s);
+            out_meta_str(t, "peak_tile", buf);
+        } else if (mc->tile_insn[0]) {
+            snprintf(buf, sizeof buf, "not measured (%s)", mc->tile_insn);
+            out_meta_str(t, "peak_tile", buf);
+        }
         if (mc->bw_gbps > 0.0)
             snprintf(buf, sizeof buf, "%.2f GB/s read (fastest; median %.2f, slowest %.2f); "
                      "%d thread%s OR-ing %zu MiB with %s, %d repetitions of %d pass%s "
@@ -609,6 +619,7 @@ static void add_meta(out_table *t, const bench_opts *o, const bench_config *cfg,
             gm_append(buf, sizeof buf, "vs_onednn", 2, &sum->large_vs_onednn);
             gm_append(buf, sizeof buf, "speedup", 2, &sum->large_speedup);
             gm_append(buf, sizeof buf, "pct_peak", 1, &sum->large_pct_peak);
+            gm_append(buf, sizeof buf, "pct_tile", 1, &sum->large_pct_tile);
             out_meta_str(t, "geomean_large", buf);
         }
         if (sum->small_points > 0) {
@@ -675,6 +686,12 @@ static void add_row(out_table *t, const model_shapes *model, const model_layer *
             out_set_real(t, row, C_PCT_PEAK, pct);
             if (large)
                 gm_add(&sum->large_pct_peak, pct);
+        }
+        if (mc->tile_gops > 0.0) {
+            const double pct = ops / r->layer_s * 1e-9 / mc->tile_gops * 100.0;
+            out_set_real(t, row, C_PCT_TILE, pct);
+            if (large)
+                gm_add(&sum->large_pct_tile, pct);
         }
         if (mc->bw_gbps > 0.0) {
             const double pct = bytes / r->layer_s * 1e-9 / mc->bw_gbps * 100.0;
@@ -871,8 +888,8 @@ int cmd_bench(int argc, char **argv)
     /* The default table fits 120 columns (model names up to 18 characters);
      * --wide shows the rest, csv and json always have it all. */
     if (!o.wide) {
-        static const int cpu_hidden[] = { C_RUNS, C_QUANT, C_GBPS, C_SGEMM_RUNS, C_SGEMM,
-                                          C_ONEDNN_RUNS, C_ONEDNN };
+        static const int cpu_hidden[] = { C_RUNS, C_QUANT, C_PCT_TILE, C_GBPS, C_SGEMM_RUNS,
+                                          C_SGEMM, C_ONEDNN_RUNS, C_ONEDNN };
         static const int gpu_hidden[] = { G_RUNS, G_LAUNCHES, G_QUANT };
         const int *hide = cfg.device ? gpu_hidden : cpu_hidden;
         const int nhide = cfg.device ? (int)(sizeof gpu_hidden / sizeof gpu_hidden[0])
