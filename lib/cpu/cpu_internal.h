@@ -231,6 +231,10 @@ typedef struct smm_cpu_vnni_kernels {
     const struct smm_cpu_vnni_kernels *small;
     int kc;               /* K block of the general path (bytes, a multiple
                              of 4), 0: SMM_CPU_VNNI_KC (gemm_vnni.c) */
+    int pf_next;          /* general path: 1 asks for the next step's
+                             panels of B into L2 while a step runs (the
+                             vector kernels), 0 not (the AMX tiles, which it
+                             slowed by a third) */
 } smm_cpu_vnni_kernels;
 
 /* The tables. The real ones are NULL when the compiler cannot build them;

@@ -505,13 +505,14 @@ static void run_tile(const smm_cpu_vnni_kernels *v, const smm_cpu_kernels *kr, c
                 /* The panels of the next step: the next columns, else the
                  * tile's first ones in the next K block. Not at small M:
                  * one or two row blocks would ask for them all at once;
-                 * the kernels' own prefetches keep B streaming. */
+                 * the kernels' own prefetches keep B streaming. Not for
+                 * the tiles either (pf_next 0). */
                 int64_t jn = jr + unit, kn = k0;
                 if (jn >= nt) {
                     jn = 0;
                     kn = k0 + pl->kc;
                 }
-                if (kn < K && !pl->direct) {
+                if (kn < K && !pl->direct && v->pf_next) {
                     pf = pk->panels + (j0 + jn) / nr * ldbp + kn * nr;
                     pf_ld = ldbp;
                     pf_bytes = round_up(min64(pl->kc, K - kn), 4) * nr;

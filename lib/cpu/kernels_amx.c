@@ -216,12 +216,12 @@ static AATTR void small_rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr
  * on a tile. */
 static const smm_cpu_vnni_kernels small_table = {
     "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
-    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, small_panel, small_rowdot, NULL, 0,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, small_panel, small_rowdot, NULL, 0, 0,
 };
 
 static const smm_cpu_vnni_kernels table = {
     "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP, SMM_CPU_AMX_MR,
-    SMM_CPU_VNNI512_RMR, panel, NULL, &small_table, SMM_CPU_AMX_KC,
+    SMM_CPU_VNNI512_RMR, panel, NULL, &small_table, SMM_CPU_AMX_KC, 0,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx = &table;
 #else

@@ -215,7 +215,7 @@ rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *b
 
 const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_kernels = {
     "avx512_vnni", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
-    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel, rowdot, NULL, 0,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel, rowdot, NULL, 0, 1,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx512 = &smm_cpu_vnni_avx512_kernels;
 #else
