@@ -6,7 +6,11 @@
  * of rows, and a part per thread), the problem's epilogue, the contract's floating-point environment on every
  * OpenMP worker, tiles in
  * column-major order so that a thread's consecutive tiles share columns of
- * B.
+ * B. Each thread takes its own contiguous run of tiles first, then those
+ * of threads that are behind (one tile at a time, through a counter per
+ * thread), so that a thread the OS set aside, or slowed, holds the others
+ * up for one tile rather than for its whole share. Which thread computes
+ * a tile changes no bit of it.
  */
 #include "config.h"
 #include "cpu/cpu_internal.h"
@@ -14,6 +18,20 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+/* Run `part` of `parts` of a band's tiles: the next tile to take, and
+ * the end of the run; one cache line each, so that taking a tile touches
+ * no other run's line. */
+typedef struct tiles_cursor {
+    int64_t next, end;
+    char pad[64 - 2 * sizeof(int64_t)];
+} tiles_cursor;
+
+static void cursor_set(tiles_cursor *c, int64_t total, int part, int parts)
+{
+    __atomic_store_n(&c->next, total * part / parts, __ATOMIC_RELAXED);
+    c->end = total * (part + 1) / parts;
+}
 
 /* What every thread of smm_cpu_run_tiles needs. */
 typedef struct tiles_run {
@@ -24,6 +42,8 @@ typedef struct tiles_run {
     unsigned char *scratch;
     size_t shared_bytes;
     int64_t ntiles;
+    tiles_cursor *cur; /* one per thread asked for (the team may be smaller) */
+    int ncur;
 } tiles_run;
 
 /* Thread tid's share of the tiles, in a team of `team` threads: with one
@@ -43,6 +63,13 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
     for (int64_t b0 = 0; b0 < t->m; b0 += band) {
         const int64_t brows = min64(band, t->m - b0);
         const int64_t bmt = (brows + t->mc - 1) / t->mc, btotal = bmt * run->ntiles;
+        /* A run per thread asked for: the team may have fewer. The first
+         * band's runs were set before the team started; a later band's
+         * (only with prepare) are set here and seen by the others after
+         * the barrier that follows prepare(). */
+        if (b0 > 0)
+            for (int c = tid; c < run->ncur; c += team)
+                cursor_set(&run->cur[c], btotal, c, run->ncur);
         if (t->prepare) {
             t->prepare(run->job, shared, tid, team, b0, brows);
             if (team > 1) {
@@ -51,11 +78,17 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
 #endif
             }
         }
-        for (int64_t i = btotal * tid / team; i < btotal * (tid + 1) / team; i++) {
-            const int64_t r = (i % bmt) * t->mc, i0 = b0 + r, j0 = (i / bmt) * t->nc;
-            const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
-            run->tile(run->job, run->epi, mine,
-                      shared + (t->prepare ? (size_t)r * t->shared_row_bytes : 0), i0, mt, j0, nt);
+        /* Its own run, then the others' from the next one on. */
+        for (int v = 0; v < run->ncur; v++) {
+            tiles_cursor *c = &run->cur[(tid + v) % run->ncur];
+            int64_t i;
+            while ((i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < c->end) {
+                const int64_t r = (i % bmt) * t->mc, i0 = b0 + r, j0 = (i / bmt) * t->nc;
+                const int64_t mt = min64(t->mc, t->m - i0), nt = min64(t->nc, t->n - j0);
+                run->tile(run->job, run->epi, mine,
+                          shared + (t->prepare ? (size_t)r * t->shared_row_bytes : 0), i0, mt,
+                          j0, nt);
+            }
         }
         /* The next band's prepare() must not overwrite what a tile still
          * reads. */
@@ -92,13 +125,14 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     if (nthreads < 1)
         nthreads = 1;
 
-    /* All scratch before any output is written: the shared part first,
-     * then one part per thread. */
+    /* All scratch before any output is written: the runs' cursors and the
+     * shared part first, then one part per thread. */
+    const size_t cursor_bytes = (size_t)nthreads * sizeof(tiles_cursor);
     const size_t shared_bytes = align64(t->shared_bytes);
     size_t bytes;
     unsigned char *scratch = NULL;
     if (__builtin_mul_overflow(t->thread_bytes, (size_t)nthreads, &bytes) ||
-        __builtin_add_overflow(bytes, shared_bytes, &bytes) ||
+        __builtin_add_overflow(bytes, shared_bytes + cursor_bytes, &bytes) ||
         !(scratch = smm_host_alloc(ctx, bytes, 64)))
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
                              "cpu backend: out of memory (%zu bytes of scratch per thread, "
@@ -108,7 +142,12 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
         p->azp, p->azp_len, p->c, p->ldc, p->c_dtype,
     };
 
-    const tiles_run run = {t, tile, job, &epi, scratch, shared_bytes, ntiles};
+    tiles_cursor *cur = (tiles_cursor *)scratch;
+    const int64_t bmt0 = (min64(t->prepare ? t->band_rows : t->m, t->m) + t->mc - 1) / t->mc;
+    for (int c = 0; c < nthreads; c++)
+        cursor_set(&cur[c], bmt0 * ntiles, c, nthreads);
+    const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
+                           cur, nthreads};
     if (nthreads == 1) {
         tiles_worker(&run, 0, 1);
     } else {
