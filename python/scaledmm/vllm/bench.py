@@ -29,6 +29,7 @@ time / scaledmm's time (> 1: scaledmm faster).
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 import time
@@ -55,16 +56,24 @@ def _race(fns: dict, min_rounds: int, budget_s: float) -> dict:
 
 
 def _llc_bytes() -> int:
-    """The last-level cache's size in bytes (glibc's sysconf), 32 MiB when
-    the system does not say."""
-    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+    """The last-level cache's size in bytes: the largest level that Linux
+    lists for CPU 0 under /sys/devices/system/cpu/cpu0/cache (as
+    ``scaledmm bench`` reads it), else 32 MiB. (Python's os.sysconf knows
+    no cache sizes.)"""
+    best_level, size = 0, 0
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
         try:
-            v = os.sysconf(name)
-        except (ValueError, OSError):
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(d, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
             continue
-        if v > 0:
-            return v
-    return 32 << 20
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text[:-1] if mult > 1 else text
+        if digits.isdigit() and level > best_level:
+            best_level, size = level, int(digits) * mult
+    return size if size > 0 else 32 << 20
 
 
 def _rotating(fn, sets: list):
