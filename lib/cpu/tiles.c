@@ -44,16 +44,21 @@ typedef struct tiles_run {
     int64_t ntiles;
     tiles_cursor *cur; /* one per thread asked for (the team may be smaller) */
     int ncur;
+    int region;        /* in a parallel region of more than one thread */
 } tiles_run;
 
-/* Thread tid's share of the tiles, in a team of `team` threads: with one
+/* Thread tid's share of the tiles, `team` threads working: with one
  * thread it is called directly, without a parallel region, and meets no
- * OpenMP construct (an orphaned one would bind to a team of the caller's). */
+ * OpenMP construct (an orphaned one would bind to a team of the caller's).
+ * Threads of the region past `team` (tid >= team) do no work but meet
+ * the same barriers. */
 static void tiles_worker(const tiles_run *run, int tid, int team)
 {
     const smm_cpu_tiling *t = run->t;
     unsigned char *shared = run->scratch;
-    unsigned char *mine = run->scratch + run->shared_bytes + (size_t)tid * t->thread_bytes;
+    const int works = tid < team;
+    unsigned char *mine = works ? run->scratch + run->shared_bytes + (size_t)tid * t->thread_bytes
+                                : NULL;
     smm_fpenv env;
     smm_fpenv_enter(&env);
     /* Without prepare, one band of all rows. Within a band, tiles in
@@ -67,19 +72,20 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
          * band's runs were set before the team started; a later band's
          * (only with prepare) are set here and seen by the others after
          * the barrier that follows prepare(). */
-        if (b0 > 0)
+        if (b0 > 0 && works)
             for (int c = tid; c < run->ncur; c += team)
                 cursor_set(&run->cur[c], btotal, c, run->ncur);
         if (t->prepare) {
-            t->prepare(run->job, shared, tid, team, b0, brows);
-            if (team > 1) {
+            if (works)
+                t->prepare(run->job, shared, tid, team, b0, brows);
+            if (run->region) {
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
             }
         }
         /* Its own run, then the others' from the next one on. */
-        for (int v = 0; v < run->ncur; v++) {
+        for (int v = 0; works && v < run->ncur; v++) {
             tiles_cursor *c = &run->cur[(tid + v) % run->ncur];
             int64_t i;
             while ((i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < c->end) {
@@ -92,7 +98,7 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
         }
         /* The next band's prepare() must not overwrite what a tile still
          * reads. */
-        if (team > 1) {
+        if (run->region) {
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
@@ -109,6 +115,7 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     /* Threads beyond the tiles of the largest band would have nothing to do. */
     const int64_t band_mtiles = t->prepare ? min64(mtiles, (t->band_rows + t->mc - 1) / t->mc) : mtiles;
     const int64_t total = band_mtiles * ntiles;
+    const int region_threads = nthreads;
     if (nthreads > total)
         nthreads = (int)total;
     /* With the default thread count (0), a thread per
@@ -146,15 +153,27 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     const int64_t bmt0 = (min64(t->prepare ? t->band_rows : t->m, t->m) + t->mc - 1) / t->mc;
     for (int c = 0; c < nthreads; c++)
         cursor_set(&cur[c], bmt0 * ntiles, c, nthreads);
-    const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
-                           cur, nthreads};
     if (nthreads == 1) {
+        const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
+                               cur, 1, 0};
         tiles_worker(&run, 0, 1);
     } else {
+        /* The region has the thread count the caller's calls use
+         * (smm_threads), even when fewer threads work: libgomp ends the
+         * pool's surplus threads whenever a region asks for fewer, and
+         * the next region of the full count creates them again (11
+         * clone3 calls per call at 5 then 16 threads), and on the AMX
+         * level each new thread then faults in its tile state. */
+        const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
+                               cur, nthreads, 1};
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
-        tiles_worker(&run, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp parallel num_threads(region_threads)
+        {
+            const int team = omp_get_num_threads();
+            tiles_worker(&run, omp_get_thread_num(), team < nthreads ? team : nthreads);
+        }
 #else
+        (void)region_threads;
         tiles_worker(&run, 0, 1);
 #endif
     }
@@ -166,7 +185,8 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
 void smm_cpu_run_rows(smm_context *ctx, int64_t m, int64_t row_elems, smm_cpu_rows_fn rows,
                       const void *job)
 {
-    int nthreads = smm_threads(ctx);
+    const int region_threads = smm_threads(ctx);
+    int nthreads = region_threads;
     int64_t work;
     if (__builtin_mul_overflow(m, row_elems > 0 ? row_elems : 1, &work))
         work = INT64_MAX;
@@ -178,18 +198,22 @@ void smm_cpu_run_rows(smm_context *ctx, int64_t m, int64_t row_elems, smm_cpu_ro
         rows(job, 0, m);
         return;
     }
+    /* The region has the full thread count, as smm_cpu_run_tiles's. */
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(region_threads)
 #endif
     {
-        smm_fpenv env;
-        smm_fpenv_enter(&env);
 #ifdef _OPENMP
-        const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();
+        const int64_t nt = team < nthreads ? team : nthreads;
 #else
         const int64_t tid = 0, nt = 1;
 #endif
-        rows(job, m * tid / nt, m * (tid + 1) / nt);
-        smm_fpenv_leave(&env);
+        if (tid < nt) {
+            smm_fpenv env;
+            smm_fpenv_enter(&env);
+            rows(job, m * tid / nt, m * (tid + 1) / nt);
+            smm_fpenv_leave(&env);
+        }
     }
 }
