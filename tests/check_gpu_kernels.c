@@ -325,11 +325,10 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
     c->packed = (int)cf_rng_range(r, 0, 1);
     c->force.kernel = kernel;
     if (is_decode(kernel) && cf_rng_range(r, 0, 1)) {
-        static const int g[] = {1, 2, 4}, s[] = {1, 2, 4};
+        static const int g[] = {1, 2, 4};
         c->force.groups = g[cf_rng_range(r, 0, 2)];
-        /* the ring also takes 3 */
-        c->force.cluster = kernel == SMM_GPU_KERNEL_DECODE_RING ? (int)cf_rng_range(r, 1, 4)
-                                                                 : s[cf_rng_range(r, 0, 2)];
+        /* the ring runs 3; the others take it as 2 */
+        c->force.cluster = (int)cf_rng_range(r, 1, 4);
         c->force.pre = (int)cf_rng_range(r, -1, 1);
         if (kernel == SMM_GPU_KERNEL_DECODE_TMA)
             c->force.stages = (int)cf_rng_range(r, 2, 16);
@@ -843,10 +842,8 @@ START_TEST(test_late_inputs)
         if (gpu_backend != SMM_BACKEND_CUDA)
             pc.force.kernel = SMM_GPU_KERNEL_AUTO;
         pc.force.groups = gs[cf_rng_range(&r, 0, 3)];
-        /* 0: chosen; the ring also takes 3 */
-        pc.force.cluster = pc.force.kernel == SMM_GPU_KERNEL_DECODE_RING
-                               ? (int)cf_rng_range(&r, 0, 4)
-                               : gs[cf_rng_range(&r, 0, 3)];
+        /* 0: chosen; the ring runs 3, the others take it as 2 */
+        pc.force.cluster = (int)cf_rng_range(&r, 0, 4);
         pc.force.pre = (int)cf_rng_range(&r, -1, 1);
         if (pc.force.kernel == SMM_GPU_KERNEL_DECODE_TMA)
             pc.force.stages = (int)cf_rng_range(&r, 0, 1) * (int)cf_rng_range(&r, 2, 16);

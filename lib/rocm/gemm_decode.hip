@@ -1655,8 +1655,8 @@ gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_params &e, 
                        SMM_DTMA_BR))
         return gpuSuccess;
     s = rt >= sms ? 1 : 2 * rt >= sms ? 2 : 4;
-    if (f.cluster > 0)
-        s = f.cluster;
+    if (f.cluster > 0) /* instantiated for 1, 2, 4: a forced 3 is 2 */
+        s = f.cluster >= 4 ? 4 : f.cluster == 3 ? 2 : f.cluster;
     if (ktiles < s)
         s = ktiles >= 2 ? 2 : 1;
     per_sm = (int)((rt * s + sms - 1) / sms);
@@ -1909,8 +1909,8 @@ void smm_decode_plan(smm_mm_dims *dp, int cc, int sms, const smm_gpu_force &f, i
         g = 2, s = 2;
     if (f.groups > 0)
         g = f.groups;
-    if (f.cluster > 0)
-        s = f.cluster;
+    if (f.cluster > 0) /* instantiated for 1, 2, 4: a forced 3 is 2 */
+        s = f.cluster >= 4 ? 4 : f.cluster == 3 ? 2 : f.cluster;
     if (!sm90)
         s = 1;
     d.pre = 0;

@@ -77,7 +77,8 @@ typedef struct smm_gpu_force {
     int kernel;   /* enum smm_gpu_kernel; AUTO: the rules decide */
     int groups;   /* DECODE: 16-row groups per block (1, 2, 4); 0: chosen */
     int cluster;  /* decode kernels: blocks per cluster (1, 2, 4; sm_90+;
-                     DECODE_RING also 3); 0: chosen */
+                     DECODE_RING also 3, the others take 3 as 2; above 4
+                     is 4); 0: chosen */
     int stages;   /* DECODE_TMA: stages (2 to 16); DECODE_RING: ring slots
                      (3 to 8); TMA_PP: stages (4 or 5); 0: chosen */
     int pre;      /* DECODE with a packed B: 1 the shared-memory form
