@@ -139,7 +139,8 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     size_t bytes;
     unsigned char *scratch = NULL;
     if (__builtin_mul_overflow(t->thread_bytes, (size_t)nthreads, &bytes) ||
-        __builtin_add_overflow(bytes, shared_bytes + cursor_bytes, &bytes) ||
+        __builtin_add_overflow(bytes, shared_bytes, &bytes) ||
+        __builtin_add_overflow(bytes, cursor_bytes, &bytes) ||
         !(scratch = smm_host_alloc(ctx, bytes, 64)))
         return smm_set_error(ctx, SMM_ERR_NO_MEMORY,
                              "cpu backend: out of memory (%zu bytes of scratch per thread, "
