@@ -10,6 +10,9 @@
  *   - prepacked B with odd N;
  *   - sums that wrap past 2^31 (K > 131071, all -128);
  *   - a problem large enough that the VNNI levels pack A in bands of rows;
+ *   - calls made inside the caller's own OpenMP region, where the library's
+ *     region gets one thread for the three its context asks for: that
+ *     thread computes every tile of the three threads' runs;
  *   - a B packed by one kernel level used on a context of another: the same
  *     format computes the same bits, another format is SMM_ERR_INVALID_ARG
  *     and writes nothing;
@@ -24,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ------------------------------------------------------------------ */
 /* One problem and its comparison                                      */
@@ -563,6 +569,48 @@ START_TEST(test_packed_across_levels)
 }
 END_TEST
 
+/* Calls from inside the caller's own parallel region of two threads, with
+ * nested regions off: the library's region on a 3-thread context then has
+ * one thread, which must take the tiles of all three runs (one band and
+ * two bands of rows), on the region's first thread (the test's own, where
+ * Check's assertions belong) while the other waits at the region's end. */
+START_TEST(test_inside_callers_region)
+{
+#ifdef _OPENMP
+    cf_rng r = tu_rng("inside_region");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
+    smm_context *cpu = tu_ctx(SMM_BACKEND_CPU, 3);
+    static const int64_t shapes[2][3] = {{40, 97, 300}, {300, 17, 65536}};
+    const int levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(1);
+    for (int s = 0; s < 2; s++) {
+        edge e;
+        edge_alloc(&e, shapes[s][0], shapes[s][1], shapes[s][2]);
+        for (int64_t i = 0; i < e.m * e.k; i++)
+            e.a[i] = (int8_t)(cf_rng_next(&r) >> 56);
+        for (int64_t i = 0; i < e.n * e.k; i++)
+            e.b[i] = (int8_t)(cf_rng_next(&r) >> 56);
+        edge_epilogue(&e, &r, SMM_DTYPE_BF16, 1, 1);
+        unsigned char *want = reference_of(ref, &e);
+        int nested = -1;
+#pragma omp parallel num_threads(2)
+        if (omp_get_thread_num() == 0) {
+#pragma omp parallel num_threads(3)
+#pragma omp single
+            nested = omp_get_num_threads();
+            check_on(cpu, &e, want, 1, "inside the caller's region");
+        }
+        ck_assert_int_eq(nested, 1);
+        free(want);
+        edge_free(&e);
+    }
+    omp_set_max_active_levels(levels);
+    smm_context_destroy(cpu);
+    smm_context_destroy(ref);
+#endif
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cpu_edges");
@@ -573,5 +621,6 @@ int main(void)
     tcase_add_test(tu_tcase(s, "wrap", 600), test_wrapping_sums);
     tcase_add_test(tu_tcase(s, "bands", 600), test_row_bands);
     tcase_add_test(tu_tcase(s, "levels", 600), test_packed_across_levels);
+    tcase_add_test(tu_tcase(s, "inside region", 600), test_inside_callers_region);
     return tu_main(s, "check_cpu_edges");
 }
