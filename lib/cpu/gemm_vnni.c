@@ -432,8 +432,19 @@ static void prefetch_panels(const int8_t *b, int64_t ldbp, int np, int64_t bytes
                             int64_t parts)
 {
     const int64_t lines = (bytes + 63) / 64, total = np * lines;
-    for (int64_t l = part * total / parts; l < (part + 1) * total / parts; l++)
-        __builtin_prefetch(b + (l / lines) * ldbp + (l % lines) * 64, 0, 2);
+    const int64_t l0 = part * total / parts, l1 = (part + 1) * total / parts;
+    if (l0 >= l1)
+        return;
+    /* One division for the first line, none per line. */
+    const int8_t *row = b + l0 / lines * ldbp;
+    int64_t line = l0 % lines;
+    for (int64_t l = l0; l < l1; l++) {
+        __builtin_prefetch(row + line * 64, 0, 2);
+        if (++line == lines) {
+            line = 0;
+            row += ldbp;
+        }
+    }
 }
 
 /* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C; apack: the
