@@ -33,6 +33,16 @@ static void cursor_set(tiles_cursor *c, int64_t total, int part, int parts)
     c->end = total * (part + 1) / parts;
 }
 
+/* The tile rows (of mc rows each, the last one shorter) of the band of
+ * rows that starts at row b0: bands of band_rows with prepare, else one
+ * band of all rows. The first band (b0 = 0) is the largest, so it also
+ * sizes the team and the runs set before the team starts. */
+static int64_t band_tiles(const smm_cpu_tiling *t, int64_t b0)
+{
+    const int64_t band = t->prepare ? t->band_rows : t->m;
+    return (min64(band, t->m - b0) + t->mc - 1) / t->mc;
+}
+
 /* What every thread of smm_cpu_run_tiles needs. */
 typedef struct tiles_run {
     const smm_cpu_tiling *t;
@@ -67,7 +77,7 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
     const int64_t band = t->prepare ? t->band_rows : t->m;
     for (int64_t b0 = 0; b0 < t->m; b0 += band) {
         const int64_t brows = min64(band, t->m - b0);
-        const int64_t bmt = (brows + t->mc - 1) / t->mc, btotal = bmt * run->ntiles;
+        const int64_t bmt = band_tiles(t, b0), btotal = bmt * run->ntiles;
         /* A run per thread asked for: the team may have fewer. The first
          * band's runs were set before the team started; a later band's
          * (only with prepare) are set here and seen by the others after
@@ -110,11 +120,10 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
 smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const smm_cpu_tiling *t,
                              int nthreads, smm_cpu_tile_fn tile, const void *job)
 {
-    const int64_t mtiles = (t->m + t->mc - 1) / t->mc;
     const int64_t ntiles = (t->n + t->nc - 1) / t->nc;
-    /* Threads beyond the tiles of the largest band would have nothing to do. */
-    const int64_t band_mtiles = t->prepare ? min64(mtiles, (t->band_rows + t->mc - 1) / t->mc) : mtiles;
-    const int64_t total = band_mtiles * ntiles;
+    /* Threads beyond the tiles of the largest band, the first, would have
+     * nothing to do. */
+    const int64_t total = band_tiles(t, 0) * ntiles;
     const int region_threads = nthreads;
     if (nthreads > total)
         nthreads = (int)total;
@@ -151,9 +160,8 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
     };
 
     tiles_cursor *cur = (tiles_cursor *)scratch;
-    const int64_t bmt0 = (min64(t->prepare ? t->band_rows : t->m, t->m) + t->mc - 1) / t->mc;
     for (int c = 0; c < nthreads; c++)
-        cursor_set(&cur[c], bmt0 * ntiles, c, nthreads);
+        cursor_set(&cur[c], total, c, nthreads);
     if (nthreads == 1) {
         const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
                                cur, 1, 0};
@@ -162,9 +170,10 @@ smm_status smm_cpu_run_tiles(smm_context *ctx, const smm_mm_problem *p, const sm
         /* The region has the thread count the caller's calls use
          * (smm_threads), even when fewer threads work: libgomp ends the
          * pool's surplus threads whenever a region asks for fewer, and
-         * the next region of the full count creates them again (11
-         * clone3 calls per call at 5 then 16 threads), and on the AMX
-         * level each new thread then faults in its tile state. */
+         * the next region of the full count creates them again, on
+         * every call that alternates between the two counts
+         * (doc/design.md has the measurement), and on the AMX level
+         * each new thread then faults in its tile state. */
         const tiles_run run = {t, tile, job, &epi, scratch + cursor_bytes, shared_bytes, ntiles,
                                cur, nthreads, 1};
 #ifdef _OPENMP
