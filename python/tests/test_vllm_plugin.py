@@ -162,11 +162,14 @@ def test_kernel_matches_vllm_cpu_kernel_and_is_batch_invariant(clean, single_ran
     if not current_platform.is_cpu():
         pytest.skip("compares with vLLM's CPU kernel")
     # float32 activations: on a CPU with AMX, vLLM's own kernel in its
-    # oneDNN form, as the demo's embedding run (vllm_int8_onednn_only says why)
+    # oneDNN form, narrowed by the demo's embedding run's own function
+    # (vllm_int8_onednn_only says why). It narrows it for the rest of the
+    # process; setting vLLM's function to itself first has monkeypatch
+    # put it back after the test.
     import vllm.model_executor.kernels.linear.scaled_mm.cpu as vcpu
-    sgl = vcpu.check_cpu_sgl_kernel
-    monkeypatch.setattr(vcpu, "check_cpu_sgl_kernel",
-                        lambda n, kk, dtype: dtype != torch.int8 and sgl(n, kk, dtype))
+    from scaledmm.vllm import demo
+    monkeypatch.setattr(vcpu, "check_cpu_sgl_kernel", vcpu.check_cpu_sgl_kernel)
+    demo.vllm_int8_onednn_only()
     widths, k = (48, 16, 16), 64      # a fused QKV-like layer
     ours, lo = _make_layer(config, True, widths, k, 1, True)
     theirs, lt = _make_layer(config, False, widths, k, 1, True)
