@@ -117,17 +117,27 @@ static void test_quanta(const bench_trust_input *in, bench_trust *out)
 static void test_load(const bench_trust_input *in, bench_trust *out)
 {
     double other = -1.0;
-    if (in->load_start >= 0.0)
-        other = in->load_start;
-    if (in->load_end >= 0.0 && in->load_end - in->threads > other)
-        other = in->load_end - in->threads;
+    const int measured = in->other_cpus >= 0.0;
+    if (measured) {
+        other = in->other_cpus;
+    } else {
+        if (in->load_start >= 0.0)
+            other = in->load_start;
+        if (in->load_end >= 0.0 && in->load_end - in->threads > other)
+            other = in->load_end - in->threads;
+    }
     out->load_other = other;
-    if (other < 0.0 || in->cpus < 1)
-        return;
-    if (other + in->threads > in->cpus + BENCH_TRUST_LOAD_SLACK)
-        add_reason(out, "load average %.2f from other work + %d bench thread%s > %d "
-                   "CPU%s", other, in->threads, in->threads == 1 ? "" : "s", in->cpus,
+    if (other >= 0.0 && in->cpus >= 1 &&
+        other + in->threads > in->cpus + BENCH_TRUST_LOAD_SLACK)
+        add_reason(out, measured ? "other processes kept %.2f CPUs busy on average + %d "
+                                   "bench thread%s > %d CPU%s"
+                                 : "load average %.2f from other work + %d bench thread%s "
+                                   "> %d CPU%s",
+                   other, in->threads, in->threads == 1 ? "" : "s", in->cpus,
                    in->cpus == 1 ? "" : "s");
+    if (in->steal_frac > BENCH_TRUST_STEAL_MAX)
+        add_reason(out, "the hypervisor ran other guests for %.0f%% of the CPUs' time "
+                   "(steal)", in->steal_frac * 100.0);
 }
 
 void bench_trust_assess(const bench_trust_input *in, bench_trust *out)

@@ -21,11 +21,15 @@
  *    run far shorter than a tick that waited for one lasts one or more
  *    whole ticks. Not applied to calibrated runs
  *    (runs_calibrated);
- *  - load: the load average not due to the bench itself (the larger of the
- *    load at the start and the load at the end less the bench's threads)
- *    plus the bench's threads exceeds the online CPUs by more than
- *    BENCH_TRUST_LOAD_SLACK: more threads wanted to run than there were
- *    CPUs;
+ *  - load: the work not due to the bench itself plus the bench's threads
+ *    exceeds the online CPUs by more than BENCH_TRUST_LOAD_SLACK: more
+ *    threads wanted to run than there were CPUs. That work is, where known,
+ *    the CPUs that other processes kept busy on average while the bench ran
+ *    (other_cpus); else the load average (the larger of the load at the
+ *    start and the load at the end less the bench's threads), which still
+ *    counts, for about a minute, work that ended before the bench began;
+ *  - steal: the hypervisor ran other guests for more than
+ *    BENCH_TRUST_STEAL_MAX of the CPUs' time while the bench ran;
  *  - probe spread: the read-bandwidth probe's slowest repetition was more
  *    than BENCH_TRUST_SPREAD_MAX below its fastest (relative to the
  *    fastest).
@@ -41,6 +45,7 @@
 #define BENCH_TRUST_QUANT_MIN 6
 #define BENCH_TRUST_QUANT_POINTS 3
 #define BENCH_TRUST_LOAD_SLACK 0.5
+#define BENCH_TRUST_STEAL_MAX 0.10
 #define BENCH_TRUST_MAX_REASONS 4
 
 typedef struct bench_trust_input {
@@ -51,6 +56,11 @@ typedef struct bench_trust_input {
     double load_start;     /* 1-minute load average before the bench ran
                               (< 0: unknown) */
     double load_end;       /* the same after it ran (< 0: unknown) */
+    double other_cpus;     /* CPUs other processes kept busy on average
+                              while the bench ran (< 0: unknown; then the
+                              load averages above are used) */
+    double steal_frac;     /* the hypervisor's steal time over the CPUs'
+                              time while the bench ran (< 0: unknown) */
     int threads;           /* threads the bench ran on (>= 1) */
     int cpus;              /* online CPUs (< 1: unknown, no load test) */
     int runs_calibrated;   /* 1: each run's length was chosen (the device

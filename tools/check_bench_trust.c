@@ -53,6 +53,8 @@ static bench_trust_input input_of(const timings *t)
     in.npoints = NPOINTS;
     in.load_start = 0.1;
     in.load_end = 2.0;     /* the bench's own 2 threads */
+    in.other_cpus = -1.0;  /* unknown: the load averages decide */
+    in.steal_frac = -1.0;
     in.threads = 2;
     in.cpus = 2;
     in.probe_min = 30.0;
@@ -263,6 +265,46 @@ START_TEST(test_loaded)
 }
 END_TEST
 
+/* Measured CPU time of other processes, where known, decides instead of
+ * the load average; steal time counts on its own. */
+START_TEST(test_measured_load)
+{
+    cf_rng r = tu_rng("measured_load");
+    timings t;
+    bench_trust_input in;
+    bench_trust tr;
+    make_clean(&t, &r, 0.02);
+    in = input_of(&t);
+    /* A load average left over from work that ended before the bench. */
+    in.load_start = 1.7;
+    in.other_cpus = 0.1;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(tr.reliable);
+    ck_assert(fabs(tr.load_other - 0.1) < 1e-12);
+    /* Other work while it ran, whatever the load average said. */
+    in.load_start = 0.0;
+    in.load_end = 2.0;
+    in.other_cpus = 0.9;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(!tr.reliable);
+    ck_assert_int_eq(tr.nreasons, 1);
+    ck_assert(has_reason(&tr, "other processes kept 0.90 CPUs busy"));
+    /* Steal time above the limit, alone. */
+    in.other_cpus = 0.0;
+    in.steal_frac = 0.25;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(!tr.reliable);
+    ck_assert_int_eq(tr.nreasons, 1);
+    ck_assert(has_reason(&tr, "25% of the CPUs' time (steal)"));
+    in.steal_frac = 0.05;
+    bench_trust_assess(&in, &tr);
+    ck_assert(tr.reliable);
+}
+END_TEST
+
 START_TEST(test_probe_spread)
 {
     cf_rng r = tu_rng("probe_spread");
@@ -340,6 +382,7 @@ int main(void)
     tcase_add_test(tc, test_calibrated);
     tcase_add_test(tc, test_real_ticks);
     tcase_add_test(tc, test_loaded);
+    tcase_add_test(tc, test_measured_load);
     tcase_add_test(tc, test_probe_spread);
     tcase_add_test(tc, test_all_reasons);
     tcase_add_test(tc, test_few_runs);

@@ -809,6 +809,10 @@ int cmd_bench(int argc, char **argv)
     smm_backend backend;
     char failures[2048] = "";
     double *trust_s = NULL, load_end = -1.0;
+    /* CPU time at the start and end: other processes' share while the
+     * bench ran, and the hypervisor's steal time. */
+    sysinfo_cpu_sample cpu_before, cpu_after;
+    double other_cpus = -1.0, steal_frac = -1.0;
     int *trust_n = NULL, trust_points = 0;
     size_t trust_len = 0;
     int rc = EXIT_PASS, total, index = 0, mi, li, pr, i;
@@ -835,6 +839,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (getloadavg(&o.load_before, 1) != 1)
         o.load_before = -1.0;
+    sysinfo_cpu_sample_take(&cpu_before);
     if (cli_open_backend("bench", o.backend, &cfg.ctx) != 0) {
         ckpt_close(&cb);
         return EXIT_FAILED;
@@ -1013,7 +1018,26 @@ int cmd_bench(int argc, char **argv)
 
     if (getloadavg(&load_end, 1) != 1)
         load_end = -1.0;
+    sysinfo_cpu_sample_take(&cpu_after);
+    if (cpu_before.ok && cpu_after.ok && cpu_after.wall_s > cpu_before.wall_s) {
+        const double wall = cpu_after.wall_s - cpu_before.wall_s;
+        const int cpus = sysinfo_online_cpus();
+        other_cpus = ((cpu_after.busy_s - cpu_before.busy_s) -
+                      (cpu_after.self_s - cpu_before.self_s)) / wall;
+        /* The two clocks differ in resolution (ticks against microseconds). */
+        if (other_cpus < 0.0)
+            other_cpus = 0.0;
+        if (cpus > 0)
+            steal_frac = (cpu_after.steal_s - cpu_before.steal_s) / (wall * cpus);
+    }
     add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum, load_end);
+    if (other_cpus >= 0.0) {
+        char buf[200];
+        snprintf(buf, sizeof buf, "other processes kept %.2f CPUs busy on average while the "
+                 "bench ran; steal %.1f%% (/proc/stat, less the bench's own CPU time)",
+                 other_cpus, steal_frac >= 0.0 ? steal_frac * 100.0 : 0.0);
+        out_meta_str(t, "other_work", buf);
+    }
     {
         bench_trust_input ti;
         bench_trust tr;
@@ -1024,6 +1048,8 @@ int cmd_bench(int argc, char **argv)
         ti.npoints = trust_points;
         ti.load_start = o.load_before;
         ti.load_end = load_end;
+        ti.other_cpus = other_cpus;
+        ti.steal_frac = steal_frac;
         ti.threads = cfg.threads;
         ti.runs_calibrated = cfg.device;
         /* a GPU run's host threads only wait */

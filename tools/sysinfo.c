@@ -1,11 +1,14 @@
 /*
- * sysinfo.c - last-level cache size and default thread count (sysinfo.h).
+ * sysinfo.c - last-level cache size, CPU time samples and default thread
+ * count (sysinfo.h).
  */
 #include "sysinfo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -136,6 +139,32 @@ int sysinfo_online_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 0;
+}
+
+void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s)
+{
+    unsigned long long user, nice, sys, idle, iowait, irq, softirq, steal;
+    struct rusage ru;
+    struct timespec ts;
+    long tck = sysconf(_SC_CLK_TCK);
+    FILE *f = fopen("/proc/stat", "r");
+    int n;
+
+    memset(s, 0, sizeof *s);
+    if (!f)
+        return;
+    n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle,
+               &iowait, &irq, &softirq, &steal);
+    fclose(f);
+    if (n != 8 || tck <= 0 || getrusage(RUSAGE_SELF, &ru) != 0 ||
+        clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return;
+    s->busy_s = (double)(user + nice + sys + irq + softirq) / (double)tck;
+    s->steal_s = (double)steal / (double)tck;
+    s->self_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+    s->wall_s = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    s->ok = 1;
 }
 
 int sysinfo_default_threads(void)

@@ -21,6 +21,20 @@ int sysinfo_l3_instances(void);
 /* Online CPUs (sysconf(_SC_NPROCESSORS_ONLN)); 0 when unknown. */
 int sysinfo_online_cpus(void);
 
+/* The machine's CPU time so far, to take the difference of two samples:
+ * busy_s, the seconds all CPUs together spent running anything (user,
+ * nice, system, irq and softirq time of /proc/stat's cpu line; guest time
+ * is part of user); steal_s, the seconds the hypervisor ran other guests
+ * while this one's CPUs wanted to run (its steal time); self_s, this
+ * process's own user and system seconds, all its threads (getrusage);
+ * wall_s, a monotonic clock. ok is 0 where /proc/stat cannot be read (then
+ * nothing else is set). */
+typedef struct sysinfo_cpu_sample {
+    int ok;
+    double busy_s, steal_s, self_s, wall_s;
+} sysinfo_cpu_sample;
+void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s);
+
 /* Threads OpenMP uses by default: omp_get_max_threads() (OMP_NUM_THREADS
  * applies); 1 when built without OpenMP. */
 int sysinfo_default_threads(void);
