@@ -406,7 +406,8 @@ static void measure_tile_peak(bench_machine *mc, int threads)
     _mm256_storeu_si256((__m256i *)out, a0);                                     \
     return out[0] | out[1] | out[2] | out[3];
 
-/* One prefetch per line of the step (8 lines of 64 bytes, 4 of 64). */
+/* One prefetch per line of a step: 8 lines of the 512-byte step, 4 of the
+ * 256-byte step. */
 #define PF8(H)                                                                   \
     for (int l = 0; l < 8; l++)                                                  \
         _mm_prefetch((const char *)(p + i + pf + 64 * l), H);

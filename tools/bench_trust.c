@@ -135,9 +135,12 @@ static void test_load(const bench_trust_input *in, bench_trust *out)
                                    "> %d CPU%s",
                    other, in->threads, in->threads == 1 ? "" : "s", in->cpus,
                    in->cpus == 1 ? "" : "s");
-    if (in->steal_frac > BENCH_TRUST_STEAL_MAX)
+    if (in->cpus >= 1 && in->steal_frac > BENCH_TRUST_STEAL_MAX)
         add_reason(out, "the hypervisor ran other guests for %.0f%% of the CPUs' time "
                    "(steal)", in->steal_frac * 100.0);
+    if (in->cpus >= 1 && in->wait_frac > BENCH_TRUST_WAIT_MAX)
+        add_reason(out, "the bench's threads waited for a CPU %.0f%% of the time",
+                   in->wait_frac * 100.0);
 }
 
 void bench_trust_assess(const bench_trust_input *in, bench_trust *out)

@@ -25,11 +25,14 @@
  *    exceeds the online CPUs by more than BENCH_TRUST_LOAD_SLACK: more
  *    threads wanted to run than there were CPUs. That work is, where known,
  *    the CPUs that other processes kept busy on average while the bench ran
- *    (other_cpus); else the load average (the larger of the load at the
+ *    (other_cpus, over the CPUs it may run on, which are then `cpus`); else the load average (the larger of the load at the
  *    start and the load at the end less the bench's threads), which still
  *    counts, for about a minute, work that ended before the bench began;
  *  - steal: the hypervisor ran other guests for more than
  *    BENCH_TRUST_STEAL_MAX of the CPUs' time while the bench ran;
+ *  - waiting: the bench's threads spent more than BENCH_TRUST_WAIT_MAX of
+ *    their time runnable but waiting for a CPU (other work on the very
+ *    CPUs they ran on, which the machine-wide figures above dilute);
  *  - probe spread: the read-bandwidth probe's slowest repetition was more
  *    than BENCH_TRUST_SPREAD_MAX below its fastest (relative to the
  *    fastest).
@@ -46,7 +49,8 @@
 #define BENCH_TRUST_QUANT_POINTS 3
 #define BENCH_TRUST_LOAD_SLACK 0.5
 #define BENCH_TRUST_STEAL_MAX 0.10
-#define BENCH_TRUST_MAX_REASONS 4
+#define BENCH_TRUST_WAIT_MAX 0.10
+#define BENCH_TRUST_MAX_REASONS 6
 
 typedef struct bench_trust_input {
     const double *samples; /* every point's timed runs (s), point after point */
@@ -61,6 +65,9 @@ typedef struct bench_trust_input {
                               load averages above are used) */
     double steal_frac;     /* the hypervisor's steal time over the CPUs'
                               time while the bench ran (< 0: unknown) */
+    double wait_frac;      /* the time the bench's threads spent waiting
+                              for a CPU over their wall time (< 0:
+                              unknown) */
     int threads;           /* threads the bench ran on (>= 1) */
     int cpus;              /* online CPUs (< 1: unknown, no load test) */
     int runs_calibrated;   /* 1: each run's length was chosen (the device

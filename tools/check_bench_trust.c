@@ -55,6 +55,7 @@ static bench_trust_input input_of(const timings *t)
     in.load_end = 2.0;     /* the bench's own 2 threads */
     in.other_cpus = -1.0;  /* unknown: the load averages decide */
     in.steal_frac = -1.0;
+    in.wait_frac = -1.0;
     in.threads = 2;
     in.cpus = 2;
     in.probe_min = 30.0;
@@ -205,6 +206,7 @@ START_TEST(test_real_ticks)
     in.counts = counts;
     in.npoints = 16;
     in.load_start = in.load_end = -1.0;
+    in.other_cpus = in.steal_frac = in.wait_frac = -1.0;
     in.threads = 2;
     bench_trust_assess(&in, &tr);
     dump(&tr);
@@ -302,6 +304,22 @@ START_TEST(test_measured_load)
     in.steal_frac = 0.05;
     bench_trust_assess(&in, &tr);
     ck_assert(tr.reliable);
+    /* The bench's own threads waiting for their CPUs, alone. */
+    in.wait_frac = 0.30;
+    bench_trust_assess(&in, &tr);
+    dump(&tr);
+    ck_assert(!tr.reliable);
+    ck_assert_int_eq(tr.nreasons, 1);
+    ck_assert(has_reason(&tr, "waited for a CPU 30% of the time"));
+    in.wait_frac = 0.02;
+    bench_trust_assess(&in, &tr);
+    ck_assert(tr.reliable);
+    /* No CPU count (a GPU run): neither steal nor waiting is judged. */
+    in.cpus = 0;
+    in.steal_frac = 0.5;
+    in.wait_frac = 0.5;
+    bench_trust_assess(&in, &tr);
+    ck_assert(tr.reliable);
 }
 END_TEST
 
@@ -343,10 +361,13 @@ START_TEST(test_all_reasons)
     in = input_of(&t);
     in.load_start = 4.0;
     in.probe_min = 5.0;
+    in.steal_frac = 0.5;
+    in.wait_frac = 0.5;
     bench_trust_assess(&in, &tr);
     dump(&tr);
     ck_assert(!tr.reliable);
-    ck_assert_int_eq(tr.nreasons, 4);
+    ck_assert_int_eq(tr.nreasons, 6);
+    ck_assert(has_reason(&tr, "bandwidth probe"));
     ck_assert(fabs(tr.quantum - 8e-3) < 1e-9);
 }
 END_TEST
@@ -363,6 +384,7 @@ START_TEST(test_few_runs)
     in.counts = counts;
     in.npoints = 3;
     in.load_start = in.load_end = -1.0;
+    in.other_cpus = in.steal_frac = in.wait_frac = -1.0;
     in.threads = 1;
     bench_trust_assess(&in, &tr);
     ck_assert(tr.reliable);

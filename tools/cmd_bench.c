@@ -812,7 +812,8 @@ int cmd_bench(int argc, char **argv)
     /* CPU time at the start and end: other processes' share while the
      * bench ran, and the hypervisor's steal time. */
     sysinfo_cpu_sample cpu_before, cpu_after;
-    double other_cpus = -1.0, steal_frac = -1.0;
+    double other_cpus = -1.0, steal_frac = -1.0, wait_frac = -1.0;
+    int sample_cpus = 0;
     int *trust_n = NULL, trust_points = 0;
     size_t trust_len = 0;
     int rc = EXIT_PASS, total, index = 0, mi, li, pr, i;
@@ -1019,23 +1020,34 @@ int cmd_bench(int argc, char **argv)
     if (getloadavg(&load_end, 1) != 1)
         load_end = -1.0;
     sysinfo_cpu_sample_take(&cpu_after);
-    if (cpu_before.ok && cpu_after.ok && cpu_after.wall_s > cpu_before.wall_s) {
+    /* Over the CPUs the bench may run on (both samples saw the same
+     * ones): other processes' CPU time there, the steal time, and how
+     * long the bench's own threads waited for a CPU. */
+    if (cpu_before.ok && cpu_after.ok && cpu_after.ncpus == cpu_before.ncpus &&
+        cpu_after.wall_s > cpu_before.wall_s) {
         const double wall = cpu_after.wall_s - cpu_before.wall_s;
-        const int cpus = sysinfo_online_cpus();
+        sample_cpus = cpu_after.ncpus;
         other_cpus = ((cpu_after.busy_s - cpu_before.busy_s) -
                       (cpu_after.self_s - cpu_before.self_s)) / wall;
         /* The two clocks differ in resolution (ticks against microseconds). */
         if (other_cpus < 0.0)
             other_cpus = 0.0;
-        if (cpus > 0)
-            steal_frac = (cpu_after.steal_s - cpu_before.steal_s) / (wall * cpus);
+        steal_frac = (cpu_after.steal_s - cpu_before.steal_s) / (wall * sample_cpus);
+        if (cpu_before.wait_ok && cpu_after.wait_ok) {
+            wait_frac = (cpu_after.wait_s - cpu_before.wait_s) / (wall * cfg.threads);
+            if (wait_frac < 0.0)   /* threads that ended took their delay along */
+                wait_frac = 0.0;
+        }
     }
     add_meta(t, &o, &cfg, llc_source, &mc, &dev, &sum, load_end);
     if (other_cpus >= 0.0) {
-        char buf[200];
-        snprintf(buf, sizeof buf, "other processes kept %.2f CPUs busy on average while the "
-                 "bench ran; steal %.1f%% (/proc/stat, less the bench's own CPU time)",
-                 other_cpus, steal_frac >= 0.0 ? steal_frac * 100.0 : 0.0);
+        char buf[300], waited[80] = "";
+        if (wait_frac >= 0.0)
+            snprintf(waited, sizeof waited, "; the bench's threads waited for a CPU %.1f%% "
+                     "of the time", wait_frac * 100.0);
+        snprintf(buf, sizeof buf, "other processes kept %.2f of the %d CPUs the bench may "
+                 "use busy on average while it ran; steal %.1f%%%s (/proc/stat, less the "
+                 "bench's own CPU time)", other_cpus, sample_cpus, steal_frac * 100.0, waited);
         out_meta_str(t, "other_work", buf);
     }
     {
@@ -1050,10 +1062,11 @@ int cmd_bench(int argc, char **argv)
         ti.load_end = load_end;
         ti.other_cpus = other_cpus;
         ti.steal_frac = steal_frac;
+        ti.wait_frac = wait_frac;
         ti.threads = cfg.threads;
         ti.runs_calibrated = cfg.device;
         /* a GPU run's host threads only wait */
-        ti.cpus = cfg.device ? 0 : sysinfo_online_cpus();
+        ti.cpus = cfg.device ? 0 : sample_cpus > 0 ? sample_cpus : sysinfo_online_cpus();
         ti.probe_min = mc.bw_min_gbps;
         ti.probe_max = mc.bw_max_gbps;
         bench_trust_assess(&ti, &tr);

@@ -2,8 +2,13 @@
  * sysinfo.c - last-level cache size, CPU time samples and default thread
  * count (sysinfo.h).
  */
+#define _GNU_SOURCE 1   /* sched_getaffinity, cpu_set_t */
 #include "sysinfo.h"
 
+#ifdef __linux__
+#include <dirent.h>
+#include <sched.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,31 +146,87 @@ int sysinfo_online_cpus(void)
     return n > 0 ? (int)n : 0;
 }
 
+#ifdef __linux__
+/* Sum of run_delay (ns) over /proc/self/task/T/schedstat; -1 on failure. */
+static double task_wait_s(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    double sum = 0.0;
+    int any = 0;
+    if (!d)
+        return -1.0;
+    while ((e = readdir(d)) != NULL) {
+        char path[300];
+        unsigned long long run, delay;
+        FILE *f;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        f = fopen(path, "r");
+        if (!f)
+            continue;   /* the thread ended meanwhile */
+        if (fscanf(f, "%llu %llu", &run, &delay) == 2) {
+            sum += (double)delay * 1e-9;
+            any = 1;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return any ? sum : -1.0;
+}
+
 void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s)
 {
-    unsigned long long user, nice, sys, idle, iowait, irq, softirq, steal;
+    cpu_set_t mask;
     struct rusage ru;
     struct timespec ts;
+    char line[512];
     long tck = sysconf(_SC_CLK_TCK);
-    FILE *f = fopen("/proc/stat", "r");
-    int n;
+    unsigned long long busy = 0, steal = 0;
+    int ncpus = 0;
+    FILE *f;
 
     memset(s, 0, sizeof *s);
+    if (tck <= 0 || sched_getaffinity(0, sizeof mask, &mask) != 0)
+        return;
+    f = fopen("/proc/stat", "r");
     if (!f)
         return;
-    n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle,
-               &iowait, &irq, &softirq, &steal);
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long user, nice, sys, idle, iowait, irq, softirq, st;
+        int cpu;
+        if (strncmp(line, "cpu", 3) != 0)
+            break;   /* the cpu lines come first */
+        if (sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &user, &nice,
+                   &sys, &idle, &iowait, &irq, &softirq, &st) != 9)
+            continue;   /* the aggregate "cpu " line */
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask))
+            continue;
+        busy += user + nice + sys + irq + softirq;
+        steal += st;
+        ncpus++;
+    }
     fclose(f);
-    if (n != 8 || tck <= 0 || getrusage(RUSAGE_SELF, &ru) != 0 ||
+    if (ncpus == 0 || getrusage(RUSAGE_SELF, &ru) != 0 ||
         clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
         return;
-    s->busy_s = (double)(user + nice + sys + irq + softirq) / (double)tck;
+    s->ncpus = ncpus;
+    s->busy_s = (double)busy / (double)tck;
     s->steal_s = (double)steal / (double)tck;
     s->self_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
     s->wall_s = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    s->wait_s = task_wait_s();
+    s->wait_ok = s->wait_s >= 0.0;
     s->ok = 1;
 }
+#else
+void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s)
+{
+    memset(s, 0, sizeof *s);
+}
+#endif
 
 int sysinfo_default_threads(void)
 {

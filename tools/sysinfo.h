@@ -21,17 +21,21 @@ int sysinfo_l3_instances(void);
 /* Online CPUs (sysconf(_SC_NPROCESSORS_ONLN)); 0 when unknown. */
 int sysinfo_online_cpus(void);
 
-/* The machine's CPU time so far, to take the difference of two samples:
- * busy_s, the seconds all CPUs together spent running anything (user,
- * nice, system, irq and softirq time of /proc/stat's cpu line; guest time
- * is part of user); steal_s, the seconds the hypervisor ran other guests
- * while this one's CPUs wanted to run (its steal time); self_s, this
+/* CPU time so far, to take the difference of two samples, over the CPUs
+ * this process may run on (its affinity mask; ncpus of them):
+ * busy_s, the seconds those CPUs together spent running anything (user,
+ * nice, system, irq and softirq time of their cpuN lines in /proc/stat;
+ * guest time is part of user); steal_s, the seconds the hypervisor ran
+ * other guests while they wanted to run (steal time); self_s, this
  * process's own user and system seconds, all its threads (getrusage);
- * wall_s, a monotonic clock. ok is 0 where /proc/stat cannot be read (then
- * nothing else is set). */
+ * wall_s, a monotonic clock. ok is 0 where /proc/stat or the mask cannot
+ * be read (then nothing else is set). wait_s: the seconds this process's
+ * threads have spent runnable but waiting for a CPU (run_delay of each
+ * /proc/self/task/T/schedstat, summed over the threads alive now); wait_ok
+ * 0 where schedstat cannot be read. */
 typedef struct sysinfo_cpu_sample {
-    int ok;
-    double busy_s, steal_s, self_s, wall_s;
+    int ok, ncpus, wait_ok;
+    double busy_s, steal_s, self_s, wall_s, wait_s;
 } sysinfo_cpu_sample;
 void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s);
 

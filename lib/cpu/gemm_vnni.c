@@ -436,10 +436,9 @@ static void prefetch_panels(const int8_t *b, int64_t ldbp, int np, int64_t bytes
     if (l0 >= l1)
         return;
     /* One division for the first line, none per line. */
-    const int8_t *row = b + l0 / lines * ldbp;
-    int64_t line = l0 % lines;
+    int64_t row = l0 / lines * ldbp, line = l0 % lines;
     for (int64_t l = l0; l < l1; l++) {
-        __builtin_prefetch(row + line * 64, 0, 2);
+        __builtin_prefetch(b + row + line * 64, 0, 2);
         if (++line == lines) {
             line = 0;
             row += ldbp;
