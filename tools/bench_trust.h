@@ -49,7 +49,7 @@
 #define BENCH_TRUST_QUANT_POINTS 3
 #define BENCH_TRUST_LOAD_SLACK 0.5
 #define BENCH_TRUST_STEAL_MAX 0.10
-#define BENCH_TRUST_WAIT_MAX 0.10
+#define BENCH_TRUST_WAIT_MAX 0.25
 #define BENCH_TRUST_MAX_REASONS 6
 
 typedef struct bench_trust_input {
