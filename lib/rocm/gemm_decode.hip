@@ -1730,15 +1730,20 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
 }
 
 /* The blocks per cluster of the ring decode kernel for rt 64-row blocks
- * (each block a 1/s share of K; smm_launch_decode_ring): two where that
- * still leaves at most one block per SM; else three where the 3 rt blocks
- * fit two per SM, so that the SMs holding two stream 2/3 of a row block's
- * weights rather than all of it (sms / 2 < rt <= 2 sms / 3; clusters sit
- * within a GPC, so near the top of that range a few clusters wait); else
- * one. */
-static int smm_ring_split(int64_t rt, int sms)
+ * and nslot 256-byte slots of K, nt token rows (each block a 1/s share of
+ * K; smm_launch_decode_ring): two where that still leaves at most one
+ * block per SM, except three at nt = 8 with K in at most 16 slots (K <=
+ * 4096), where a share is so short that a block's fixed start and finish
+ * outweigh streaming a third of the row block on SMs that hold two; else
+ * three where the 3 rt blocks fit two per SM, so that the SMs holding two
+ * stream 2/3 of a row block's weights rather than all of it (sms / 2 < rt
+ * <= 2 sms / 3; clusters sit within a GPC, so near the top of that range
+ * a few clusters wait); else one. */
+static int smm_ring_split(int64_t rt, int64_t nslot, int nt, int sms)
 {
-    return 2 * rt <= (int64_t)sms ? 2 : 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
+    if (2 * rt <= (int64_t)sms)
+        return nt == 8 && nslot <= 16 ? 3 : 2;
+    return 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
 }
 
 /* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
@@ -1756,7 +1761,7 @@ gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
     *done = false;
     if (!smm_decode_wg_takes(d, rt))
         return gpuSuccess;
-    int s = smm_ring_split(rt, sms);
+    int s = smm_ring_split(rt, nslot, nt, sms);
     if (f.cluster > 0)
         s = f.cluster < 4 ? f.cluster : 4;
     if (s > nslot)
