@@ -1633,6 +1633,14 @@ static bool smm_decode_wg_takes(const smm_mm_dims &d, int64_t rt)
              (d.n > 1 && (d.ldb % 16 != 0 || d.ldb < d.k)));
 }
 
+/* A forced cluster size (f.cluster > 0) for the decode kernels
+ * instantiated for clusters of 1, 2 and 4 blocks: 3 is taken as 2, above
+ * 4 as 4. */
+static int smm_forced_cluster_124(int cluster)
+{
+    return cluster >= 4 ? 4 : cluster == 3 ? 2 : cluster;
+}
+
 /* The tensor-copy decode kernel (sm_90a code, tensor maps encodable,
  * 16-byte aligned bases, row strides multiples of 16, K > 0, sizes below
  * 2^31); *done false: nothing launched. Picks the blocks per cluster
@@ -1655,8 +1663,8 @@ gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_params &e, 
                        SMM_DTMA_BR))
         return gpuSuccess;
     s = rt >= sms ? 1 : 2 * rt >= sms ? 2 : 4;
-    if (f.cluster > 0) /* instantiated for 1, 2, 4: a forced 3 is 2 */
-        s = f.cluster >= 4 ? 4 : f.cluster == 3 ? 2 : f.cluster;
+    if (f.cluster > 0)
+        s = smm_forced_cluster_124(f.cluster);
     if (ktiles < s)
         s = ktiles >= 2 ? 2 : 1;
     per_sm = (int)((rt * s + sms - 1) / sms);
@@ -1914,8 +1922,8 @@ void smm_decode_plan(smm_mm_dims *dp, int cc, int sms, const smm_gpu_force &f, i
         g = 2, s = 2;
     if (f.groups > 0)
         g = f.groups;
-    if (f.cluster > 0) /* instantiated for 1, 2, 4: a forced 3 is 2 */
-        s = f.cluster >= 4 ? 4 : f.cluster == 3 ? 2 : f.cluster;
+    if (f.cluster > 0)
+        s = smm_forced_cluster_124(f.cluster);
     if (!sm90)
         s = 1;
     d.pre = 0;
