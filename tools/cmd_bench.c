@@ -1023,7 +1023,7 @@ int cmd_bench(int argc, char **argv)
     /* Over the CPUs the bench may run on (both samples saw the same
      * ones): other processes' CPU time there, the steal time, and how
      * long the bench's own threads waited for a CPU. */
-    if (cpu_before.ok && cpu_after.ok && cpu_after.ncpus == cpu_before.ncpus &&
+    if (cpu_before.ncpus > 0 && cpu_after.ncpus == cpu_before.ncpus &&
         cpu_after.wall_s > cpu_before.wall_s) {
         const double wall = cpu_after.wall_s - cpu_before.wall_s;
         sample_cpus = cpu_after.ncpus;
@@ -1033,7 +1033,7 @@ int cmd_bench(int argc, char **argv)
         if (other_cpus < 0.0)
             other_cpus = 0.0;
         steal_frac = (cpu_after.steal_s - cpu_before.steal_s) / (wall * sample_cpus);
-        if (cpu_before.wait_ok && cpu_after.wait_ok) {
+        if (cpu_before.wait_s >= 0.0 && cpu_after.wait_s >= 0.0) {
             wait_frac = (cpu_after.wait_s - cpu_before.wait_s) / (wall * cfg.threads);
             if (wait_frac < 0.0)   /* threads that ended took their delay along */
                 wait_frac = 0.0;

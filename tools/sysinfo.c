@@ -218,8 +218,6 @@ void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s)
                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
     s->wall_s = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     s->wait_s = task_wait_s();
-    s->wait_ok = s->wait_s >= 0.0;
-    s->ok = 1;
 }
 #else
 void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s)

@@ -28,13 +28,13 @@ int sysinfo_online_cpus(void);
  * guest time is part of user); steal_s, the seconds the hypervisor ran
  * other guests while they wanted to run (steal time); self_s, this
  * process's own user and system seconds, all its threads (getrusage);
- * wall_s, a monotonic clock. ok is 0 where /proc/stat or the mask cannot
- * be read (then nothing else is set). wait_s: the seconds this process's
- * threads have spent runnable but waiting for a CPU (run_delay of each
- * /proc/self/task/T/schedstat, summed over the threads alive now); wait_ok
- * 0 where schedstat cannot be read. */
+ * wall_s, a monotonic clock. ncpus is 0 where /proc/stat or the mask
+ * cannot be read (then nothing else is set). wait_s: the seconds this
+ * process's threads have spent runnable but waiting for a CPU (run_delay
+ * of each /proc/self/task/T/schedstat, summed over the threads alive now);
+ * < 0 where schedstat cannot be read. */
 typedef struct sysinfo_cpu_sample {
-    int ok, ncpus, wait_ok;
+    int ncpus;
     double busy_s, steal_s, self_s, wall_s, wait_s;
 } sysinfo_cpu_sample;
 void sysinfo_cpu_sample_take(sysinfo_cpu_sample *s);
