@@ -33,14 +33,18 @@ static void cursor_set(tiles_cursor *c, int64_t total, int part, int parts)
     c->end = total * (part + 1) / parts;
 }
 
+/* Rows per band: band_rows with prepare, else one band of all rows. */
+static int64_t band_of(const smm_cpu_tiling *t)
+{
+    return t->prepare ? t->band_rows : t->m;
+}
+
 /* The tile rows (of mc rows each, the last one shorter) of the band of
- * rows that starts at row b0: bands of band_rows with prepare, else one
- * band of all rows. The first band (b0 = 0) is the largest, so it also
- * sizes the team and the runs set before the team starts. */
+ * rows that starts at row b0. The first band (b0 = 0) is the largest, so
+ * it also sizes the team and the runs set before the team starts. */
 static int64_t band_tiles(const smm_cpu_tiling *t, int64_t b0)
 {
-    const int64_t band = t->prepare ? t->band_rows : t->m;
-    return (min64(band, t->m - b0) + t->mc - 1) / t->mc;
+    return (min64(band_of(t), t->m - b0) + t->mc - 1) / t->mc;
 }
 
 /* What every thread of smm_cpu_run_tiles needs. */
@@ -74,7 +78,7 @@ static void tiles_worker(const tiles_run *run, int tid, int team)
     /* Without prepare, one band of all rows. Within a band, tiles in
      * column-major order, so that a thread's consecutive tiles share
      * columns of B; each thread takes a contiguous run of them. */
-    const int64_t band = t->prepare ? t->band_rows : t->m;
+    const int64_t band = band_of(t);
     for (int64_t b0 = 0; b0 < t->m; b0 += band) {
         const int64_t brows = min64(band, t->m - b0);
         const int64_t bmt = band_tiles(t, b0), btotal = bmt * run->ntiles;
