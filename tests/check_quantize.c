@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const smm_dtype xtypes[3] = { SMM_DTYPE_F32, SMM_DTYPE_F16, SMM_DTYPE_BF16 };
@@ -134,6 +135,67 @@ START_TEST(test_ordinary_rows)
 }
 END_TEST
 
+/* Every bf16 bit pattern (the SIMD rows' rounding, clamping and NaN rule
+ * against the reference at every input): static per-tensor at scales that
+ * put many values on ties, past the int8 range and into subnormal
+ * quotients; dynamic per-token on rows that hold every pattern of the
+ * exponents up to a row's own cap (the others 0), so that each row has its
+ * own amax. The cpu backend at 1 and 2 threads. */
+START_TEST(test_every_bf16)
+{
+    static const float scales[] = { 1.0f, 0.5f, 0.25f, 3.0f, 0x1p-20f, 0x1p-130f, 1e30f,
+                                    0.0078125f, 1.0f / 127.0f };
+    const int64_t K = 65536, M = 64;
+    uint16_t *x = malloc((size_t)(M * K) * sizeof *x);
+    int8_t *q = malloc((size_t)(M * K)), *qr = malloc((size_t)(M * K));
+    float sc[64], scr[64];
+    ck_assert(x && q && qr);
+    for (int64_t r = 0; r < M; r++) {
+        const uint32_t cap = r == 0 ? 255 : (uint32_t)(r * 4 - 1); /* exponent field <= cap */
+        for (int64_t k = 0; k < K; k++) {
+            const uint32_t e = ((uint32_t)k >> 7) & 0xFF;
+            x[r * K + k] = r == 0 || e <= cap ? (uint16_t)k : 0;
+        }
+    }
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
+    for (int th = 1; th <= 2; th++) {
+        smm_context *ctx = tu_ctx(SMM_BACKEND_CPU, th);
+        for (int mode = 0; mode < 2; mode++)
+            for (size_t si = 0; si < (mode ? 1 : sizeof scales / sizeof scales[0]); si++) {
+                smm_quantize_args a = { .m = mode ? M : 1, .k = K, .x = x, .ldx = K,
+                                        .x_dtype = SMM_DTYPE_BF16, .ldq = K,
+                                        .mode = mode ? SMM_QUANT_DYNAMIC_PER_TOKEN
+                                                     : SMM_QUANT_STATIC_PER_TENSOR };
+                float s1 = scales[si];
+                smm_quantize_args b = a;
+                memset(q, 0x5A, (size_t)(M * K));
+                memset(qr, 0xA5, (size_t)(M * K));
+                for (int i = 0; i < 64; i++)
+                    sc[i] = scr[i] = -1.0f;
+                a.q = q;
+                a.scale = mode ? sc : &s1;
+                b.q = qr;
+                b.scale = mode ? scr : &s1;
+                ck_assert_int_eq(smm_quantize_i8(ctx, &a), SMM_OK);
+                ck_assert_int_eq(smm_quantize_i8(ref, &b), SMM_OK);
+                for (int64_t i = 0; i < a.m * K; i++)
+                    if (q[i] != qr[i])
+                        ck_abort_msg("%s, scale %a, %d thread(s): row %lld, x bits 0x%04x: "
+                                     "q %d, reference %d",
+                                     mode ? "dynamic" : "static", (double)s1, th,
+                                     (long long)(i / K), x[i], q[i], qr[i]);
+                if (mode)
+                    ck_assert_mem_eq(sc, scr, sizeof sc);
+            }
+        smm_context_destroy(ctx);
+    }
+    smm_context_destroy(ref);
+    free(x);
+    free(q);
+    free(qr);
+}
+END_TEST
+
 static Suite *quantize_suite(void)
 {
     Suite *s = suite_create("quantize");
@@ -143,6 +205,7 @@ static Suite *quantize_suite(void)
     tcase_add_test(tc, test_tails);
     tcase_add_test(tc, test_rows_and_strides);
     tcase_add_test(tc, test_ordinary_rows);
+    tcase_add_test(tc, test_every_bf16);
     return s;
 }
 

@@ -13,6 +13,11 @@
  * which every worker thread enters. Row extrema are taken on integer keys
  * that order binary32 values, with NaN (quiet or signalling) mapped to the
  * neutral element, i.e. ignored as the contract says.
+ *
+ * The AVX2 levels write the symmetric rows of bf16 and f32 inputs (the
+ * modes vLLM runs) in intrinsics instead: the vectorizer's form of the
+ * loops above spilled registers and cost about 2.5 cycles an element;
+ * written out, M = 128 x K = 4096 takes a third of the time.
  */
 #pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
 
@@ -213,9 +218,110 @@ void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1)
 }
 
 #ifdef SMM_HAVE_AVX2_BUILD
+#include <immintrin.h>
+
+#define VATTR static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* Elements k .. k+7 of a bf16 or f32 row, widened exactly to binary32. */
+VATTR __m256 load8(const void *row, int bf16, int64_t k)
+{
+    if (bf16) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)row + k);
+}
+
+/* abs_key, lane by lane: the bits of |v|, NaN -> 0 (both sides of the
+ * compare below 2^31, so the signed compare is the unsigned one). */
+VATTR __m256i abs_key8(__m256 v)
+{
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)), a);
+}
+
+/* rne_sat_i8, lane by lane, as int32: NaN -> +0, clamped to [-128, 127]
+ * (min / max of non-NaN values are the selects above), rounded half to
+ * even by vroundps's own mode (whatever MXCSR says), then truncated
+ * (exact: the value is integral). */
+VATTR __m256i rne_sat_i8x8(__m256 v)
+{
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-128.0f));
+    return _mm256_cvttps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* x * f (div 0) or x / f (div 1), then rne_sat_i8: the row's symmetric
+ * quantization, 32 then 8 elements a step, the rest by the scalar code. */
+VATTR void sym_row8(const void *x, int bf16, int64_t K, float f, int div, int8_t *out)
+{
+    const __m256 vf = _mm256_set1_ps(f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m256i r[4];
+        for (int j = 0; j < 4; j++) {
+            const __m256 v = load8(x, bf16, k + 8 * j);
+            r[j] = rne_sat_i8x8(div ? _mm256_div_ps(v, vf) : _mm256_mul_ps(v, vf));
+        }
+        /* Per 128-bit half: int32 -> int16 -> int8 (the values fit), then
+         * the four 4-byte groups of each half back into element order. */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+                                             _mm256_packs_epi32(r[2], r[3]));
+        _mm256_storeu_si256((__m256i *)(out + k), _mm256_permutevar8x32_epi32(p, order));
+    }
+    for (; k + 8 <= K; k += 8) {
+        const __m256 v = load8(x, bf16, k);
+        const __m256i r = rne_sat_i8x8(div ? _mm256_div_ps(v, vf) : _mm256_mul_ps(v, vf));
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r, r), _mm256_setzero_si256());
+        _mm_storel_epi64((__m128i *)(out + k),
+                         _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, order)));
+    }
+    const smm_dtype dt = bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32;
+    for (; k < K; k++)
+        out[k] = rne_sat_i8(div ? load_x(x, dt, k) / f : load_x(x, dt, k) * f);
+}
+
+/* The symmetric rows of a bf16 or f32 x (static per-tensor, or dynamic
+ * per-token without azp) in intrinsics; quantize_row's formulas, each
+ * vector operation the correctly rounded one of its scalar step. Returns
+ * 0 for every other case (quantize_row then does it). */
+VATTR int quantize_row_avx2(const smm_quantize_args *q, int64_t r)
+{
+    const int bf16 = q->x_dtype == SMM_DTYPE_BF16;
+    if (q->azp || (!bf16 && q->x_dtype != SMM_DTYPE_F32))
+        return 0;
+    const void *x = (const unsigned char *)q->x + (size_t)r * (size_t)q->ldx * (bf16 ? 2 : 4);
+    int8_t *out = q->q + r * q->ldq;
+    const int64_t K = q->k;
+
+    if (q->mode == SMM_QUANT_STATIC_PER_TENSOR) {
+        sym_row8(x, bf16, K, q->scale[0], 1, out);
+        return 1;
+    }
+    __m256i m = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+        m = _mm256_max_epu32(m, abs_key8(load8(x, bf16, k)));
+    uint32_t lane[8], amax_bits = 0;
+    _mm256_storeu_si256((__m256i *)lane, m);
+    for (int j = 0; j < 8; j++)
+        amax_bits = u32_max(amax_bits, lane[j]);
+    for (; k < K; k++)
+        amax_bits = u32_max(amax_bits, abs_key(load_x(x, bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32, k)));
+    const float amax = smm_cpu_bits_f32(amax_bits);
+    const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+    sym_row8(x, bf16, K, inv, 0, out);
+    q->scale[r] = amax / 127.0f;
+    return 1;
+}
+
 SMM_TARGET_AVX2 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1)
 {
-    quantize_rows_body(q, r0, r1);
+    int64_t r = r0;
+    while (r < r1 && quantize_row_avx2(q, r))
+        r++;
+    quantize_rows_body(q, r, r1);
 }
 #endif
 
