@@ -70,10 +70,11 @@
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
  *   --ring-sweep    the ring decode kernel with 1, 2, 3, 4 cluster blocks
- *                   and 4, 6, 8 slots against the automatic choice, M
- *                   = 1, 8, 16, 32 on the four layers (405b: the 405B TP=4
- *                   ones instead), packed B, CUDA-graph replays of 500
- *                   launches, us per launch; every point checked.
+ *                   and 4, 6, 8 slots against the automatic choice and the
+ *                   mma.sync decode kernel, M = 1, 2, 4, 8, 16, 32 on the
+ *                   four layers (405b: the 405B TP=4 ones instead), packed
+ *                   B, CUDA-graph replays of 500 launches, us per launch;
+ *                   every point checked.
  *   --large-sweep   M = 64, 256, 1024, 2048, 4096, 8192 on the four layers (405b: and the
  *                   405B ones), bf16 out: TOPS of the TMA kernel, its
  *                   ping-pong form with 4 and 5 stages, the mma.sync
@@ -785,16 +786,17 @@ static void run_layer_cost(bool big)
 static void run_ring_sweep(bool big)
 {
     const int splits[] = {1, 2, 3, 4}, slots[] = {4, 6, 8};
-    const int64_t ms[] = {1, 8, 16, 32};
-    const int launches = 500, ncol = 1 + 4 * 3;
+    const int64_t ms[] = {1, 2, 4, 8, 16, 32};
+    const int launches = 500, ncol = 2 + 4 * 3;
     bufs d = bufs_alloc(32, 28672, big ? 16384 : 14336,
                         big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
     printf("ring sweep (%s layers), us per launch (CUDA-graph replays of %d launches, packed "
-           "B, bf16 out, median of 5); columns: the automatic choice, then s<cluster "
-           "blocks>r<slots>; -: the ring kernel did not run\n%-3s %-6s %-6s %7s",
-           big ? "Llama-3.1-405B TP=4" : "Llama-3.1-8B", launches, "M", "N", "K", "auto");
-    for (int c = 1; c < ncol; c++)
-        printf("   s%dr%d", splits[(c - 1) / 3], slots[(c - 1) % 3]);
+           "B, bf16 out, median of 5); columns: the automatic choice, the mma.sync decode "
+           "kernel (its own plan), then s<cluster blocks>r<slots>; -: the forced kernel did "
+           "not run\n%-3s %-6s %-6s %7s %7s",
+           big ? "Llama-3.1-405B TP=4" : "Llama-3.1-8B", launches, "M", "N", "K", "auto", "dec");
+    for (int c = 2; c < ncol; c++)
+        printf("   s%dr%d", splits[(c - 2) / 3], slots[(c - 2) % 3]);
     printf("\n");
     for (int s = 0; s < 4; s++) {
         const int64_t n = big ? l405[s][0] : layers[s][0], k = big ? l405[s][1] : layers[s][1];
@@ -805,17 +807,19 @@ static void run_ring_sweep(bool big)
                     (long long)k);
             printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             for (int c = 0; c < ncol; c++) {
+                const int want = c == 0   ? 0
+                                 : c == 1 ? SMM_GPU_KERNEL_DECODE
+                                          : SMM_GPU_KERNEL_DECODE_RING;
                 const smm_gpu_force f =
-                    c == 0 ? force_of(0, 0, 0, 0, 0)
-                           : force_of(SMM_GPU_KERNEL_DECODE_RING, 0, splits[(c - 1) / 3],
-                                      slots[(c - 1) % 3], 0);
+                    c < 2 ? force_of(want, 0, 0, 0, 0)
+                          : force_of(want, 0, splits[(c - 2) / 3], slots[(c - 2) % 3], 0);
                 force_set(&f);
                 const double tt = graph_time(launches, 5, [&](int l) {
                     launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, &pb);
                 });
                 const int ran = check_point(d, m, n, k, SMM_DTYPE_BF16, &pb);
                 force_set(NULL);
-                if (c > 0 && ran != SMM_GPU_KERNEL_DECODE_RING)
+                if (c > 0 && ran != want)
                     printf(" %7s", "-");
                 else
                     printf(" %7.2f", tt * 1e6);

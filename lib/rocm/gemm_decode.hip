@@ -1754,6 +1754,15 @@ static int smm_ring_split(int64_t rt, int64_t nslot, int nt, int sms)
     return 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
 }
 
+/* Whether the ring kernel would split K three ways at M <= 8 for this
+ * problem's own shape (smm_ring_split's short-K case). */
+bool smm_ring_splits_short(const smm_mm_dims &d, int sms)
+{
+    const int64_t rt = (d.n + SMM_RING_BR - 1) / SMM_RING_BR;
+    return d.m <= 8 && smm_ring_split(rt, (d.k + 255) / 256, 8, sms) == 3 &&
+           2 * rt <= (int64_t)sms;
+}
+
 /* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
  * multiples of 16, K > 0, sizes below 2^31); *done false: nothing
  * launched. Ring slots: with at most one block per SM the most; with more

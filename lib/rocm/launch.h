@@ -100,6 +100,7 @@ bool smm_have_dtma(void);
 gpuError_t smm_launch_decode_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms,
                                  const smm_gpu_force &f, gpuStream_t stream, bool *done);
 bool smm_have_ring(void);
+bool smm_ring_splits_short(const smm_mm_dims &d, int sms);
 gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e, int sms,
                                   const smm_gpu_force &f, gpuStream_t stream, bool *done);
 /* Launches of the DECODE kernel's shared-memory form so far. */

@@ -146,7 +146,7 @@ static bool smm_when_ring(const smm_sel &s)
     return s.decode && s.cc == 90 &&
            (s.k == SMM_GPU_KERNEL_DECODE_RING ||
             (s.k == SMM_GPU_KERNEL_AUTO && s.sm90a_auto &&
-             (s.b_static ? m >= 4 || wmib >= 48
+             (s.b_static ? m >= 4 || wmib >= 48 || smm_ring_splits_short(*s.d, s.sms)
                          : (m > 8 && m <= 16 && wmib >= 48) || (m > 24 && wmib >= 24)))) &&
            smm_have_ring();
 }
@@ -203,7 +203,7 @@ static const smm_rule smm_nvidia_rules[] = {
     {SMM_GPU_KERNEL_GENERIC, 0, smm_when_generic,
      "before sm_80 (no integer mma.sync), or forced"},
     {SMM_GPU_KERNEL_DECODE_RING, 0, smm_when_ring,
-     "M <= 32 on sm_90a: packed B at M >= 4 or >= 48 MiB; raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
+     "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB or a three-way split of a short K; raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
     {SMM_GPU_KERNEL_DECODE_TMA, 0, smm_when_dtma,
      "M 17-32 on sm_90a with >= 3 blocks of 64 weight rows per SM: tokens read a quarter as often"},
     {SMM_GPU_KERNEL_DECODE, 0, smm_when_decode,
