@@ -282,6 +282,42 @@ START_TEST(test_random_shapes)
 }
 END_TEST
 
+/* Decode over a packed B (M <= 8) with the far prefetch forced on and off
+ * (SMM_CPU_FAR_PREFETCH; by default only Intel CPUs take it), K around the
+ * prefetch distances, 1..3 threads. */
+START_TEST(test_far_prefetch)
+{
+    cf_rng r = tu_rng("far_prefetch");
+    smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
+    smm_context *cpu[3] = {NULL, NULL, NULL};
+    int ncpu = 0;
+    if (smm_backend_available(SMM_BACKEND_CPU, NULL))
+        for (ncpu = 0; ncpu < 3; ncpu++)
+            cpu[ncpu] = tu_ctx(SMM_BACKEND_CPU, ncpu + 1);
+    const char *saved = getenv("SMM_CPU_FAR_PREFETCH");
+    char saved_copy[16] = "";
+    if (saved)
+        snprintf(saved_copy, sizeof saved_copy, "%s", saved);
+    static const int64_t ks[] = {1, 64, 1023, 1024, 4095, 8192, 8193, 12000};
+    for (int it = 0; it < 32; it++) {
+        setenv("SMM_CPU_FAR_PREFETCH", it % 2 ? "1" : "0", 1);
+        problem p;
+        const int64_t m = cf_rng_range(&r, 1, 8), n = cf_rng_range(&r, 1, 70);
+        const int64_t k = ks[cf_rng_range(&r, 0, (int64_t)(sizeof ks / sizeof ks[0]) - 1)];
+        problem_make(&p, &r, m, n, k, rand_dtype(&r));
+        check_problem(&p, ref, ncpu ? cpu[cf_rng_range(&r, 0, ncpu - 1)] : NULL, cpu, ncpu);
+        problem_free(&p);
+    }
+    if (saved)
+        setenv("SMM_CPU_FAR_PREFETCH", saved_copy, 1);
+    else
+        unsetenv("SMM_CPU_FAR_PREFETCH");
+    for (int i = 0; i < ncpu; i++)
+        smm_context_destroy(cpu[i]);
+    smm_context_destroy(ref);
+}
+END_TEST
+
 /* Every N from 1 to 3 * NR + 1 (NR = 4), all output types; M = 3 (small-M
  * path), 20 (one row tile: the int8 copy packed on the fly) and 100 (two
  * row tiles: the int16 panels read in place). */
@@ -690,6 +726,7 @@ static Suite *packed_suite(void)
     Suite *s = suite_create("packed");
     TCase *tc = tu_tcase(s, "equality", 900);
     tcase_add_test(tc, test_random_shapes);
+    tcase_add_test(tc, test_far_prefetch);
     tcase_add_test(tc, test_every_small_n);
     tcase_add_test(tc, test_huge_k);
     tcase_add_test(tc, test_across_kernel_levels);

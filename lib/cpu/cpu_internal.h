@@ -235,6 +235,11 @@ typedef struct smm_cpu_vnni_kernels {
                              panels of B into L2 while a step runs (the
                              vector kernels), 0 not (the AMX tiles, which it
                              slowed by a third) */
+    /* NULL, or panel with the far L2 prefetch at every row count, for the
+     * single row block over a packed B (M <= mr) on CPUs whose cores keep
+     * too few misses in flight to stream B without it (gemm_vnni.c,
+     * wants_far_prefetch) */
+    smm_cpu_vnni_panel_fn panel_far;
 } smm_cpu_vnni_kernels;
 
 /* The tables. The real ones are NULL when the compiler cannot build them;

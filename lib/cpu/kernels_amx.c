@@ -204,6 +204,14 @@ static AATTR void small_panel(int64_t kq, const uint8_t *a, int64_t lda, int mr,
                  ldacc);
 }
 
+/* M <= 8 over a packed B: the AVX-512 VNNI panel with the far prefetch. */
+static AATTR void small_panel_far(int64_t kq, const uint8_t *a, int64_t lda, int mr,
+                                  const int8_t *b, int64_t ldbp, int np, uint32_t *acc,
+                                  int64_t ldacc)
+{
+    smm_cpu_vnni_avx512_kernels.panel_far(kq, a, lda, mr, b, ldbp, np, acc, ldacc);
+}
+
 static AATTR void small_rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr,
                                const int8_t *const *brow, const int8_t *const *pf, int npf,
                                uint32_t *acc, int64_t ldacc)
@@ -217,11 +225,12 @@ static AATTR void small_rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr
 static const smm_cpu_vnni_kernels small_table = {
     "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
     SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, small_panel, small_rowdot, NULL, 0, 0,
+    small_panel_far,
 };
 
 static const smm_cpu_vnni_kernels table = {
     "amx_int8", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP, SMM_CPU_AMX_MR,
-    SMM_CPU_VNNI512_RMR, panel, NULL, &small_table, SMM_CPU_AMX_KC, 0,
+    SMM_CPU_VNNI512_RMR, panel, NULL, &small_table, SMM_CPU_AMX_KC, 0, NULL,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_amx = &table;
 #else

@@ -55,14 +55,14 @@ KATTR __m512i bcast4(const uint8_t *p)
  * MR rows x NP panels of 16 columns: accumulator c[i][p] lane j is
  * (row i, column p * 16 + j). Per quad: NP loads of 64 bytes of B (and NP
  * prefetches, SMM_CPU_VNNI_PF_BYTES ahead), MR broadcasts of 4 bytes of
- * A', MR * NP vpdpbusd. MR and NP are constants
- * at every call, so the arrays live in registers. Above 8 rows (one panel,
- * up to 16 rows: 16 accumulators, the small-M path's single pass over B)
- * each quad also asks for the line SMM_CPU_VNNI_PF_FAR_BYTES ahead, into
- * L2.
+ * A', MR * NP vpdpbusd. MR, NP and FAR are constants
+ * at every call, so the arrays live in registers. With FAR (above 8 rows:
+ * one panel, up to 16 rows, 16 accumulators, the small-M path's single
+ * pass over B; and panel_far's calls) each quad also asks for the line
+ * SMM_CPU_VNNI_PF_FAR_BYTES ahead, into L2.
  */
-KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, int64_t lda,
-                      const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
+KATTR void panel_tile(const int MR, const int NP, const int FAR, int64_t kq, const uint8_t *a,
+                      int64_t lda, const int8_t *b, int64_t ldbp, uint32_t *acc, int64_t ldacc)
 {
     __m512i c[SMM_CPU_VNNI512_DMR][SMM_CPU_VNNI512_NP];
     UNROLL_ALL for (int i = 0; i < MR; i++)
@@ -75,7 +75,7 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
             _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_BYTES), SMM_CPU_VNNI_PF_HINT);
 #endif
 #if SMM_CPU_VNNI_PF_FAR_BYTES > 0
-            if (MR > SMM_CPU_VNNI512_MR)
+            if (FAR)
                 _mm_prefetch((const char *)(b + p * ldbp + q * 64 + SMM_CPU_VNNI_PF_FAR_BYTES), _MM_HINT_T1);
 #endif
             bv[p] = _mm512_loadu_si512((const void *)(b + p * ldbp + q * 64));
@@ -94,24 +94,44 @@ KATTR void panel_tile(const int MR, const int NP, int64_t kq, const uint8_t *a, 
         }
 }
 
-#define PANEL_CASE(MR_, NP_)                                                   \
+#define PANEL_CASE(MR_, NP_, FAR_)                                             \
     case (MR_) * 4 + (NP_):                                                    \
-        panel_tile(MR_, NP_, kq, a, lda, b, ldbp, acc, ldacc);                 \
+        panel_tile(MR_, NP_, (FAR_) || (MR_) > SMM_CPU_VNNI512_MR, kq, a, lda, b, \
+                   ldbp, acc, ldacc);                                          \
         break;
+
+#define PANEL_CASES(FAR_)                                                      \
+    PANEL_CASE(1, 1, FAR_) PANEL_CASE(2, 1, FAR_) PANEL_CASE(3, 1, FAR_)       \
+    PANEL_CASE(4, 1, FAR_) PANEL_CASE(5, 1, FAR_) PANEL_CASE(6, 1, FAR_)       \
+    PANEL_CASE(7, 1, FAR_) PANEL_CASE(8, 1, FAR_) PANEL_CASE(9, 1, FAR_)       \
+    PANEL_CASE(10, 1, FAR_) PANEL_CASE(11, 1, FAR_) PANEL_CASE(12, 1, FAR_)    \
+    PANEL_CASE(13, 1, FAR_) PANEL_CASE(14, 1, FAR_) PANEL_CASE(15, 1, FAR_)    \
+    PANEL_CASE(16, 1, FAR_) PANEL_CASE(1, 2, FAR_) PANEL_CASE(2, 2, FAR_)      \
+    PANEL_CASE(3, 2, FAR_) PANEL_CASE(4, 2, FAR_) PANEL_CASE(5, 2, FAR_)       \
+    PANEL_CASE(6, 2, FAR_) PANEL_CASE(7, 2, FAR_) PANEL_CASE(8, 2, FAR_)
+
+_Static_assert(SMM_CPU_VNNI512_MR == 8 && SMM_CPU_VNNI512_NP == 2 && SMM_CPU_VNNI512_DMR == 16,
+               "the cases of PANEL_CASES");
 
 static __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void
 panel(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b, int64_t ldbp, int np,
       uint32_t *acc, int64_t ldacc)
 {
-    _Static_assert(SMM_CPU_VNNI512_MR == 8 && SMM_CPU_VNNI512_NP == 2 &&
-                   SMM_CPU_VNNI512_DMR == 16, "cases below");
     switch (mr * 4 + np) {
-    PANEL_CASE(1, 1) PANEL_CASE(2, 1) PANEL_CASE(3, 1) PANEL_CASE(4, 1)
-    PANEL_CASE(5, 1) PANEL_CASE(6, 1) PANEL_CASE(7, 1) PANEL_CASE(8, 1)
-    PANEL_CASE(9, 1) PANEL_CASE(10, 1) PANEL_CASE(11, 1) PANEL_CASE(12, 1)
-    PANEL_CASE(13, 1) PANEL_CASE(14, 1) PANEL_CASE(15, 1) PANEL_CASE(16, 1)
-    PANEL_CASE(1, 2) PANEL_CASE(2, 2) PANEL_CASE(3, 2) PANEL_CASE(4, 2)
-    PANEL_CASE(5, 2) PANEL_CASE(6, 2) PANEL_CASE(7, 2) PANEL_CASE(8, 2)
+    PANEL_CASES(0)
+    default:
+        break;
+    }
+}
+
+/* panel with the far L2 prefetch at every row count (smm_cpu_vnni_kernels'
+ * panel_far). */
+static __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void
+panel_far(int64_t kq, const uint8_t *a, int64_t lda, int mr, const int8_t *b, int64_t ldbp,
+          int np, uint32_t *acc, int64_t ldacc)
+{
+    switch (mr * 4 + np) {
+    PANEL_CASES(1)
     default:
         break;
     }
@@ -215,7 +235,7 @@ rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *b
 
 const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_kernels = {
     "avx512_vnni", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
-    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel, rowdot, NULL, 0, 1,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel, rowdot, NULL, 0, 1, panel_far,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx512 = &smm_cpu_vnni_avx512_kernels;
 #else

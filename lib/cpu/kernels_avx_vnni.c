@@ -192,7 +192,7 @@ rowdot(int64_t kc, const uint8_t *a, int64_t lda, int mr, const int8_t *const *b
 
 static const smm_cpu_vnni_kernels table = {
     "avx_vnni", SMM_CPU_VNNI256_FORMAT, 8, SMM_CPU_VNNI256_MR, SMM_CPU_VNNI256_NP,
-    SMM_CPU_VNNI256_DMR, SMM_CPU_VNNI256_RMR, panel, rowdot, NULL, 0, 1,
+    SMM_CPU_VNNI256_DMR, SMM_CPU_VNNI256_RMR, panel, rowdot, NULL, 0, 1, NULL,
 };
 const smm_cpu_vnni_kernels *const smm_cpu_vnni_avx = &table;
 #else

@@ -96,12 +96,12 @@ static void rowdot32(int64_t kc, const uint8_t *a, int64_t lda, int mr, const in
  * takes the same paths, and a B packed here is one the real level reads. */
 const smm_cpu_vnni_kernels smm_cpu_vnni_avx512_emulated = {
     "avx512_vnni_emulated", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_VNNI512_MR, SMM_CPU_VNNI512_NP,
-    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel16, rowdot64, NULL, 0, 1,
+    SMM_CPU_VNNI512_DMR, SMM_CPU_VNNI512_RMR, panel16, rowdot64, NULL, 0, 1, NULL,
 };
 
 const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated = {
     "avx_vnni_emulated", SMM_CPU_VNNI256_FORMAT, 8, SMM_CPU_VNNI256_MR, SMM_CPU_VNNI256_NP,
-    SMM_CPU_VNNI256_DMR, SMM_CPU_VNNI256_RMR, panel8, rowdot32, NULL, 0, 1,
+    SMM_CPU_VNNI256_DMR, SMM_CPU_VNNI256_RMR, panel8, rowdot32, NULL, 0, 1, NULL,
 };
 
 /* The AMX level's blocking (32 rows x 2 panels: two by two 16 x 16
@@ -112,5 +112,5 @@ const smm_cpu_vnni_kernels smm_cpu_vnni_avx_emulated = {
 const smm_cpu_vnni_kernels smm_cpu_vnni_amx_emulated = {
     "amx_int8_emulated", SMM_CPU_VNNI512_FORMAT, 16, SMM_CPU_AMX_MR, SMM_CPU_AMX_NP,
     SMM_CPU_AMX_MR, SMM_CPU_VNNI512_RMR, panel16, rowdot64, &smm_cpu_vnni_avx512_emulated,
-    SMM_CPU_AMX_KC, 0,
+    SMM_CPU_AMX_KC, 0, NULL,
 };
