@@ -295,10 +295,10 @@ START_TEST(test_far_prefetch)
         for (ncpu = 0; ncpu < 3; ncpu++)
             cpu[ncpu] = tu_ctx(SMM_BACKEND_CPU, ncpu + 1);
     const char *saved = getenv("SMM_CPU_FAR_PREFETCH");
-    char saved_copy[16] = "";
+    char saved_copy[64] = "";
     if (saved)
         snprintf(saved_copy, sizeof saved_copy, "%s", saved);
-    static const int64_t ks[] = {1, 64, 1023, 1024, 4095, 8192, 8193, 12000};
+    static const int64_t ks[] = {1, 64, 511, 512, 513, 1023, 1024, 4095, 8192, 8193, 12000};
     for (int it = 0; it < 32; it++) {
         setenv("SMM_CPU_FAR_PREFETCH", it % 2 ? "1" : "0", 1);
         problem p;

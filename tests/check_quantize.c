@@ -140,21 +140,22 @@ END_TEST
  * put many values on ties, past the int8 range and into subnormal
  * quotients; dynamic per-token on rows that hold every pattern of the
  * exponents up to a row's own cap (the others 0), so that each row has its
- * own amax. The cpu backend at 1 and 2 threads. */
+ * own amax; K = 2^16 + 13, so that the 8-element step and the scalar tail
+ * run too. The cpu backend at 1 and 2 threads. */
 START_TEST(test_every_bf16)
 {
     static const float scales[] = { 1.0f, 0.5f, 0.25f, 3.0f, 0x1p-20f, 0x1p-130f, 1e30f,
                                     0.0078125f, 1.0f / 127.0f };
-    const int64_t K = 65536, M = 64;
+    const int64_t K = 65536 + 13, M = 64;
     uint16_t *x = malloc((size_t)(M * K) * sizeof *x);
     int8_t *q = malloc((size_t)(M * K)), *qr = malloc((size_t)(M * K));
     float sc[64], scr[64];
     ck_assert(x && q && qr);
     for (int64_t r = 0; r < M; r++) {
-        const uint32_t cap = r == 0 ? 255 : (uint32_t)(r * 4 - 1); /* exponent field <= cap */
+        const uint32_t cap = (uint32_t)(r * 4 - 1); /* exponent field <= cap (rows >= 3) */
         for (int64_t k = 0; k < K; k++) {
             const uint32_t e = ((uint32_t)k >> 7) & 0xFF;
-            x[r * K + k] = r == 0 || e <= cap ? (uint16_t)k : 0;
+            x[r * K + k] = r < 3 || e <= cap ? (uint16_t)k : 0;
         }
     }
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
@@ -162,7 +163,7 @@ START_TEST(test_every_bf16)
         smm_context *ctx = tu_ctx(SMM_BACKEND_CPU, th);
         for (int mode = 0; mode < 2; mode++)
             for (size_t si = 0; si < (mode ? 1 : sizeof scales / sizeof scales[0]); si++) {
-                smm_quantize_args a = { .m = mode ? M : 1, .k = K, .x = x, .ldx = K,
+                smm_quantize_args a = { .m = mode ? M : 3, .k = K, .x = x, .ldx = K,
                                         .x_dtype = SMM_DTYPE_BF16, .ldq = K,
                                         .mode = mode ? SMM_QUANT_DYNAMIC_PER_TOKEN
                                                      : SMM_QUANT_STATIC_PER_TENSOR };
@@ -182,7 +183,7 @@ START_TEST(test_every_bf16)
                     if (q[i] != qr[i])
                         ck_abort_msg("%s, scale %a, %d thread(s): row %lld, x bits 0x%04x: "
                                      "q %d, reference %d",
-                                     mode ? "dynamic" : "static", (double)s1, th,
+                                     mode ? "dynamic" : "static", mode ? 0.0 : (double)s1, th,
                                      (long long)(i / K), x[i], q[i], qr[i]);
                 if (mode)
                     ck_assert_mem_eq(sc, scr, sizeof sc);

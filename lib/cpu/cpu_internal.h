@@ -207,10 +207,11 @@ typedef void (*smm_cpu_vnni_rowdot_fn)(int64_t kc, const uint8_t *a, int64_t lda
 #ifndef SMM_CPU_VNNI_PF_HINT
 #define SMM_CPU_VNNI_PF_HINT _MM_HINT_T0
 #endif
-/* The single-pass panel kernel (more than mr rows, one panel): a second
- * prefetch per step this far ahead (bytes), into L2, so that enough of
- * the stream is in flight to cover the memory's latency (a core tracks
- * few more L1 misses than the near prefetch keeps busy). 0: none. */
+/* The single-pass panel kernel (more than mr rows, one panel), and
+ * panel_far (M <= mr over a packed B, on Intel CPUs): a second prefetch
+ * per step this far ahead (bytes), into L2, so that enough of the stream
+ * is in flight to cover the memory's latency (a core tracks few more L1
+ * misses than the near prefetch keeps busy). 0: none. */
 #ifndef SMM_CPU_VNNI_PF_FAR_BYTES
 #define SMM_CPU_VNNI_PF_FAR_BYTES 8192
 #endif

@@ -307,8 +307,9 @@ VATTR int quantize_row_avx2(const smm_quantize_args *q, int64_t r)
     _mm256_storeu_si256((__m256i *)lane, m);
     for (int j = 0; j < 8; j++)
         amax_bits = u32_max(amax_bits, lane[j]);
+    const smm_dtype dt = bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32;
     for (; k < K; k++)
-        amax_bits = u32_max(amax_bits, abs_key(load_x(x, bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32, k)));
+        amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
     const float amax = smm_cpu_bits_f32(amax_bits);
     const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
     sym_row8(x, bf16, K, inv, 0, out);

@@ -203,7 +203,8 @@ static const smm_rule smm_nvidia_rules[] = {
     {SMM_GPU_KERNEL_GENERIC, 0, smm_when_generic,
      "before sm_80 (no integer mma.sync), or forced"},
     {SMM_GPU_KERNEL_DECODE_RING, 0, smm_when_ring,
-     "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB or a three-way split of a short K; raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
+     "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB or a three-way split of a short K; "
+     "raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
     {SMM_GPU_KERNEL_DECODE_TMA, 0, smm_when_dtma,
      "M 17-32 on sm_90a with >= 3 blocks of 64 weight rows per SM: tokens read a quarter as often"},
     {SMM_GPU_KERNEL_DECODE, 0, smm_when_decode,
