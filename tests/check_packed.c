@@ -252,6 +252,23 @@ static smm_dtype rand_dtype(cf_rng *r)
 /* Equality                                                            */
 /* ------------------------------------------------------------------ */
 
+/* CPU contexts of 1, 2 and 3 threads in cpu[0..2]; returns how many (0
+ * when the cpu backend is not available). */
+static int cpu_contexts(smm_context *cpu[3])
+{
+    if (!smm_backend_available(SMM_BACKEND_CPU, NULL))
+        return 0;
+    for (int i = 0; i < 3; i++)
+        cpu[i] = tu_ctx(SMM_BACKEND_CPU, i + 1);
+    return 3;
+}
+
+static void contexts_destroy(smm_context *const *ctx, int n)
+{
+    for (int i = 0; i < n; i++)
+        smm_context_destroy(ctx[i]);
+}
+
 /* Random shapes: N from 1 to 3 * NR and beyond (tails), K around the
  * K block, M on both sides of the small-M path, 1..3 threads, packed by a
  * context of another thread count. */
@@ -259,11 +276,8 @@ START_TEST(test_random_shapes)
 {
     cf_rng r = tu_rng("random_shapes");
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
-    smm_context *cpu[3] = {NULL, NULL, NULL};
-    int ncpu = 0;
-    if (smm_backend_available(SMM_BACKEND_CPU, NULL))
-        for (ncpu = 0; ncpu < 3; ncpu++)
-            cpu[ncpu] = tu_ctx(SMM_BACKEND_CPU, ncpu + 1);
+    smm_context *cpu[3];
+    const int ncpu = cpu_contexts(cpu);
     static const int64_t ms[] = {1, 2, 3, 4, 7, 12, 13, 14, 16, 37, 97, 128};
     static const int64_t ks[] = {0, 1, 2, 15, 16, 17, 100, 1000, 1023, 1024, 1025, 1040, 2047, 2048, 2049, 3000};
     for (int it = 0; it < 120; it++) {
@@ -276,8 +290,7 @@ START_TEST(test_random_shapes)
         check_problem(&p, ref, ncpu ? cpu[cf_rng_range(&r, 0, ncpu - 1)] : NULL, cpu, ncpu);
         problem_free(&p);
     }
-    for (int i = 0; i < ncpu; i++)
-        smm_context_destroy(cpu[i]);
+    contexts_destroy(cpu, ncpu);
     smm_context_destroy(ref);
 }
 END_TEST
@@ -289,11 +302,8 @@ START_TEST(test_far_prefetch)
 {
     cf_rng r = tu_rng("far_prefetch");
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
-    smm_context *cpu[3] = {NULL, NULL, NULL};
-    int ncpu = 0;
-    if (smm_backend_available(SMM_BACKEND_CPU, NULL))
-        for (ncpu = 0; ncpu < 3; ncpu++)
-            cpu[ncpu] = tu_ctx(SMM_BACKEND_CPU, ncpu + 1);
+    smm_context *cpu[3];
+    const int ncpu = cpu_contexts(cpu);
     const char *saved = getenv("SMM_CPU_FAR_PREFETCH");
     char saved_copy[64] = "";
     if (saved)
@@ -312,8 +322,7 @@ START_TEST(test_far_prefetch)
         setenv("SMM_CPU_FAR_PREFETCH", saved_copy, 1);
     else
         unsetenv("SMM_CPU_FAR_PREFETCH");
-    for (int i = 0; i < ncpu; i++)
-        smm_context_destroy(cpu[i]);
+    contexts_destroy(cpu, ncpu);
     smm_context_destroy(ref);
 }
 END_TEST
