@@ -80,6 +80,18 @@ static void dump(const bench_trust *tr)
         fprintf(stderr, "  reason: %s\n", tr->reasons[i]);
 }
 
+/* The run with input in is judged unreliable for exactly one reason, and
+ * that reason contains word. */
+static void assert_flagged_for(const bench_trust_input *in, const char *word)
+{
+    bench_trust tr;
+    bench_trust_assess(in, &tr);
+    dump(&tr);
+    ck_assert_msg(!tr.reliable, "judged reliable; expected: %s", word);
+    ck_assert_int_eq(tr.nreasons, 1);
+    ck_assert_msg(has_reason(&tr, word), "no reason with \"%s\"", word);
+}
+
 START_TEST(test_clean)
 {
     cf_rng r = tu_rng("clean");
@@ -244,11 +256,7 @@ START_TEST(test_loaded)
     in = input_of(&t);
     /* Other work before the bench started. */
     in.load_start = 1.7;
-    bench_trust_assess(&in, &tr);
-    dump(&tr);
-    ck_assert(!tr.reliable);
-    ck_assert_int_eq(tr.nreasons, 1);
-    ck_assert(has_reason(&tr, "load average 1.70"));
+    assert_flagged_for(&in, "load average 1.70");
     /* Other work that started while it ran. */
     in.load_start = 0.2;
     in.load_end = 3.5;
@@ -288,29 +296,17 @@ START_TEST(test_measured_load)
     in.load_start = 0.0;
     in.load_end = 2.0;
     in.other_cpus = 0.9;
-    bench_trust_assess(&in, &tr);
-    dump(&tr);
-    ck_assert(!tr.reliable);
-    ck_assert_int_eq(tr.nreasons, 1);
-    ck_assert(has_reason(&tr, "other processes kept 0.90 CPUs busy"));
+    assert_flagged_for(&in, "other processes kept 0.90 CPUs busy");
     /* Steal time above the limit, alone. */
     in.other_cpus = 0.0;
     in.steal_frac = 0.25;
-    bench_trust_assess(&in, &tr);
-    dump(&tr);
-    ck_assert(!tr.reliable);
-    ck_assert_int_eq(tr.nreasons, 1);
-    ck_assert(has_reason(&tr, "25% of the CPUs' time (steal)"));
+    assert_flagged_for(&in, "25% of the CPUs' time (steal)");
     in.steal_frac = 0.05;
     bench_trust_assess(&in, &tr);
     ck_assert(tr.reliable);
     /* The bench's own threads waiting for their CPUs, alone. */
     in.wait_frac = 0.30;
-    bench_trust_assess(&in, &tr);
-    dump(&tr);
-    ck_assert(!tr.reliable);
-    ck_assert_int_eq(tr.nreasons, 1);
-    ck_assert(has_reason(&tr, "waited for a CPU 30% of the time"));
+    assert_flagged_for(&in, "waited for a CPU 30% of the time");
     in.wait_frac = 0.02;
     bench_trust_assess(&in, &tr);
     ck_assert(tr.reliable);
