@@ -1737,6 +1737,13 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
                 : smm_launch_ring_nap<NT, false, false>(d, e, rt, s, r, share, stream);
 }
 
+/* smm_ring_split's short-K case: three blocks per cluster at nt = 8 with
+ * K in at most 16 slots, where two would leave at most one block per SM. */
+static bool smm_ring_short_three(int64_t rt, int64_t nslot, int nt, int sms)
+{
+    return 2 * rt <= (int64_t)sms && nt == 8 && nslot <= 16;
+}
+
 /* The blocks per cluster of the ring decode kernel for rt 64-row blocks
  * and nslot 256-byte slots of K, nt token rows (each block a 1/s share of
  * K; smm_launch_decode_ring): two where that still leaves at most one
@@ -1749,8 +1756,10 @@ static gpuError_t smm_launch_ring_n(const smm_mm_dims &d, const smm_epi_params &
  * a few clusters wait); else one. */
 static int smm_ring_split(int64_t rt, int64_t nslot, int nt, int sms)
 {
+    if (smm_ring_short_three(rt, nslot, nt, sms))
+        return 3;
     if (2 * rt <= (int64_t)sms)
-        return nt == 8 && nslot <= 16 ? 3 : 2;
+        return 2;
     return 3 * rt <= 2 * (int64_t)sms ? 3 : 1;
 }
 
@@ -1759,8 +1768,7 @@ static int smm_ring_split(int64_t rt, int64_t nslot, int nt, int sms)
 bool smm_ring_splits_short(const smm_mm_dims &d, int sms)
 {
     const int64_t rt = (d.n + SMM_RING_BR - 1) / SMM_RING_BR;
-    return d.m <= 8 && smm_ring_split(rt, (d.k + 255) / 256, 8, sms) == 3 &&
-           2 * rt <= (int64_t)sms;
+    return d.m <= 8 && smm_ring_short_three(rt, (d.k + 255) / 256, 8, sms);
 }
 
 /* The ring decode kernel (sm_90a code, 16-byte aligned bases, row strides
