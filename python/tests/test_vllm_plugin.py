@@ -29,6 +29,20 @@ CONFIGS = [Int8ScaledMMLinearLayerConfig(is_static_input_scheme=st, is_channelwi
            for st in (False, True) for ch in (True, False) for sym in (True, False)]
 
 
+def _cpu_has_vnni():
+    """Whether this CPU multiplies int8 with VNNI or AMX. Without them,
+    vLLM's own CPU int8 kernel (oneDNN) multiplies with vpmaddubsw, whose
+    int16 pair sums saturate on full-range int8 weights: on a Zen 2 its
+    outputs were 18-32% off the exact w8a8 result (ours: 6e-8, float32
+    rounding), so it is no oracle for such weights there."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return True
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
 def _cid(c):
     return "%s-%s-%s" % ("static" if c.is_static_input_scheme else "dynamic",
                          "channel" if c.is_channelwise else "tensor",
@@ -129,10 +143,10 @@ def single_rank(monkeypatch):
     monkeypatch.setattr(param, "get_tensor_model_parallel_world_size", lambda: 1)
 
 
-def _make_layer(config, kernel_first, widths, k, seed, bias):
+def _make_layer(config, kernel_first, widths, k, seed, bias, wmax=128):
     """A layer built by vLLM's CompressedTensorsW8A8Int8 scheme, its kernel
     chosen by vLLM's selection (ours first or not), loaded with seeded
-    checkpoint tensors, then processed."""
+    checkpoint tensors (weights in [-wmax, wmax)), then processed."""
     from compressed_tensors.quantization import QuantizationStrategy
     from vllm.model_executor.layers.quantization.compressed_tensors.schemes import (
         CompressedTensorsW8A8Int8)
@@ -144,7 +158,7 @@ def _make_layer(config, kernel_first, widths, k, seed, bias):
     scheme.create_weights(layer, list(widths), k, torch.float32, weight_loader=lambda *a: None)
     g = torch.Generator().manual_seed(seed)
     n = sum(widths)
-    layer.weight.data.copy_(torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g))
+    layer.weight.data.copy_(torch.randint(-wmax, wmax, (n, k), dtype=torch.int8, generator=g))
     layer.weight_scale.data.copy_(torch.rand(layer.weight_scale.shape, generator=g) * 0.01 + 1e-3)
     if config.is_static_input_scheme:
         layer.input_scale.data.fill_(0.02)
@@ -171,8 +185,11 @@ def test_kernel_matches_vllm_cpu_kernel_and_is_batch_invariant(clean, single_ran
     monkeypatch.setattr(vcpu, "check_cpu_sgl_kernel", vcpu.check_cpu_sgl_kernel)
     demo.vllm_int8_onednn_only()
     widths, k = (48, 16, 16), 64      # a fused QKV-like layer
-    ours, lo = _make_layer(config, True, widths, k, 1, True)
-    theirs, lt = _make_layer(config, False, widths, k, 1, True)
+    # 7-bit weights where vLLM's kernel saturates on full-range ones
+    # (_cpu_has_vnni); test_kernel_packs_weight_once covers the full range.
+    wmax = 128 if _cpu_has_vnni() else 64
+    ours, lo = _make_layer(config, True, widths, k, 1, True, wmax)
+    theirs, lt = _make_layer(config, False, widths, k, 1, True, wmax)
     assert isinstance(ours.kernel, K) and not isinstance(theirs.kernel, K)
     x = torch.randn(2, 5, k, generator=torch.Generator().manual_seed(2)) * 3
     y = ours.apply_weights(lo, x, lo.bias)
@@ -248,10 +265,14 @@ def test_engine_embeddings(demo_paths):
     own = demo.run_worker("embed", paths["minilm_q"], {}, True, work)
     ours = demo.run_worker("embed", paths["minilm_q"], {"SCALEDMM_VLLM": "1"}, True, work)
     assert K.__name__ in ours["selected"] and K.__name__ not in own["selected"]
+    vnni = _cpu_has_vnni()
     for r, a, b in zip(ref, own["embeddings"], ours["embeddings"]):
+        print("cos to float32: plugin %.5f, vLLM's kernel %.5f; to each other %.5f"
+              % (_cos(r, b), _cos(r, a), _cos(a, b)))
         assert _cos(r, b) > 0.99
-        assert _cos(a, b) > 0.995
-        assert abs(_cos(r, b) - _cos(r, a)) < 0.01
+        if vnni:   # without VNNI vLLM's own kernel saturates (_cpu_has_vnni)
+            assert _cos(a, b) > 0.995
+            assert abs(_cos(r, b) - _cos(r, a)) < 0.01
 
 
 def test_engine_batch_invariance(demo_paths):
