@@ -245,15 +245,16 @@ typedef struct bench_machine {
  *    l3_instances), at least 8 x llc_bytes, at most a quarter of the
  *    physical memory, into 8 independent accumulators with the widest
  *    loads the CPU has: 64-byte (avx512f), else 32-byte (avx2), else
- *    8-byte. With avx2 or avx512f, five read loops: plain, and with a
- *    prefetcht0 or prefetchnta per line 1 KiB or 4 KiB ahead; after a
+ *    8-byte. With avx2 or avx512f, six read loops: plain, with a
+ *    prefetcht0 or prefetchnta per line 1 KiB or 4 KiB ahead, and with a
+ *    prefetcht0 1 KiB and a prefetcht1 8 KiB ahead; after a
  *    warm-up pass, the loop whose best of 2 single passes was fastest is
  *    taken (bw_how names it), and its pass time sets the passes. Then 15
  *    timed repetitions of as many passes as take about 0.05 s; bytes per second
  *    over the whole buffer, of the slowest, median and fastest repetition
  *    (bw_gbps = the fastest: what the memory can give). Not measured when
  *    the buffer cannot be allocated (bw_gbps 0, bw_how says so).
- * Takes about 0.5 s plus 0.8 s and 12 passes over the buffer. Never fails.
+ * Takes about 0.5 s plus 0.8 s and 14 passes over the buffer. Never fails.
  */
 void bench_machine_measure(bench_machine *mc, int threads, size_t llc_bytes,
                            int l3_instances);

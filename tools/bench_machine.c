@@ -554,18 +554,18 @@ static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes,
     int nloops = 0, best = 0, passes = 1, r, i;
     char how[96];
 
-    loops[nloops++] = (bw_loop){or_scalar, 0, "8-byte loads"};
+    loops[nloops++] = (bw_loop){or_scalar, 0, "8-byte loads", 0};
 #if BM_X86
     {
         const int z = has_word(smm_cpu_features(), "avx512f");
         if (z || has_word(smm_cpu_features(), "avx2")) {
             static const size_t dist[BW_PF_N] = BW_PF_DIST;
             nloops = 0;
-            loops[nloops++] = (bw_loop){z ? or_avx512 : or_avx2, 0, z ? "64-byte loads (AVX-512)"
-                                                                      : "32-byte loads (AVX2)"};
+            loops[nloops++] = (bw_loop){z ? or_avx512 : or_avx2, 0,
+                                        z ? "64-byte loads (AVX-512)" : "32-byte loads (AVX2)", 0};
             for (i = 0; i < BW_PF_N; i++) {
-                loops[nloops++] = (bw_loop){z ? or_avx512_t0 : or_avx2_t0, dist[i], "prefetcht0"};
-                loops[nloops++] = (bw_loop){z ? or_avx512_nta : or_avx2_nta, dist[i], "prefetchnta"};
+                loops[nloops++] = (bw_loop){z ? or_avx512_t0 : or_avx2_t0, dist[i], "prefetcht0", 0};
+                loops[nloops++] = (bw_loop){z ? or_avx512_nta : or_avx2_nta, dist[i], "prefetchnta", 0};
             }
             loops[nloops++] = (bw_loop){z ? or_avx512_t0t1 : or_avx2_t0t1, dist[0], "prefetcht0",
                                         BW_PF_FAR};
