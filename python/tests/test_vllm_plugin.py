@@ -30,17 +30,14 @@ CONFIGS = [Int8ScaledMMLinearLayerConfig(is_static_input_scheme=st, is_channelwi
 
 
 def _cpu_has_vnni():
-    """Whether this CPU multiplies int8 with VNNI or AMX. Without them,
-    vLLM's own CPU int8 kernel (oneDNN) multiplies with vpmaddubsw, whose
-    int16 pair sums saturate on full-range int8 weights: on a Zen 2 its
-    outputs were 18-32% off the exact w8a8 result (ours: 6e-8, float32
-    rounding), so it is no oracle for such weights there."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return True
-    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    """Whether this CPU (and its OS) runs int8 VNNI or AMX, as the library's
+    CPU probe reports. Without them, vLLM's own CPU int8 kernel (oneDNN)
+    multiplies with vpmaddubsw, whose int16 pair sums saturate on
+    full-range int8 weights: on a Zen 2 its outputs were 18-32% off the
+    exact w8a8 result (ours: 6e-8, float32 rounding), so it is no oracle
+    for such weights there."""
+    import scaledmm
+    return bool(set(scaledmm.info()["cpu_features"]) & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 def _cid(c):
