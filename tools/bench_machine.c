@@ -35,7 +35,10 @@
 #define BW_PICK_ROUNDS 2     /* single passes per read loop when picking one */
 #define BW_PF_N 2            /* prefetch distances tried (bytes ahead) */
 #define BW_PF_DIST {1024, 4096}
-#define BW_PF_FAR 8192       /* the second, L2 prefetch of the near+far loop */
+#define BW_PF_FAR_KIB 8      /* KiB ahead of the near+far loop's L2 prefetch */
+#define BW_PF_FAR (BW_PF_FAR_KIB * 1024)
+#define BW_STR_(x) #x
+#define BW_STR(x) BW_STR_(x)
 
 /* Whether the space-separated list `list` holds the word `name`. */
 static int has_word(const char *list, const char *name)
@@ -410,22 +413,15 @@ static void measure_tile_peak(bench_machine *mc, int threads)
     _mm256_storeu_si256((__m256i *)out, a0);                                     \
     return out[0] | out[1] | out[2] | out[3];
 
-/* One prefetch per line of a step: 8 lines of the 512-byte step, 4 of the
- * 256-byte step. */
-#define PF8(H)                                                                   \
-    for (int l = 0; l < 8; l++)                                                  \
-        _mm_prefetch((const char *)(p + i + pf + 64 * l), H);
-#define PF4(H)                                                                   \
-    for (int l = 0; l < 4; l++)                                                  \
-        _mm_prefetch((const char *)(p + i + pf + 64 * l), H);
-#define PF8_FAR                                                                  \
-    PF8(_MM_HINT_T0)                                                             \
-    for (int l = 0; l < 8; l++)                                                  \
-        _mm_prefetch((const char *)(p + i + BW_PF_FAR + 64 * l), _MM_HINT_T1);
-#define PF4_FAR                                                                  \
-    PF4(_MM_HINT_T0)                                                             \
-    for (int l = 0; l < 4; l++)                                                  \
-        _mm_prefetch((const char *)(p + i + BW_PF_FAR + 64 * l), _MM_HINT_T1);
+/* One prefetch per line of a step, D bytes ahead: 8 lines of the 512-byte
+ * step, 4 of the 256-byte step. */
+#define PF_LINES(N, D, H)                                                        \
+    for (int l = 0; l < (N); l++)                                                \
+        _mm_prefetch((const char *)(p + i + (D) + 64 * l), H);
+#define PF8(H) PF_LINES(8, pf, H)
+#define PF4(H) PF_LINES(4, pf, H)
+#define PF8_FAR PF8(_MM_HINT_T0) PF_LINES(8, BW_PF_FAR, _MM_HINT_T1)
+#define PF4_FAR PF4(_MM_HINT_T0) PF_LINES(4, BW_PF_FAR, _MM_HINT_T1)
 
 __attribute__((target("avx512f")))
 static uint64_t or_avx512(const unsigned char *p, size_t bytes, size_t pf)
@@ -493,13 +489,11 @@ static uint64_t or_scalar(const unsigned char *p, size_t bytes, size_t pf)
 
 typedef uint64_t (*or_fn)(const unsigned char *p, size_t bytes, size_t pf);
 
-/* A read loop, how far ahead it prefetches (0: not at all) and, for the
- * near+far loop, how far its L2 prefetch reaches (else 0). */
+/* A read loop and how far ahead it prefetches (0: not at all). */
 typedef struct {
     or_fn fn;
     size_t pf;
     const char *how;
-    size_t far;
 } bw_loop;
 
 /* One repetition: `passes` passes in which every thread ORs its own
@@ -554,7 +548,7 @@ static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes,
     int nloops = 0, best = 0, passes = 1, r, i;
     char how[96];
 
-    loops[nloops++] = (bw_loop){or_scalar, 0, "8-byte loads", 0};
+    loops[nloops++] = (bw_loop){or_scalar, 0, "8-byte loads"};
 #if BM_X86
     {
         const int z = has_word(smm_cpu_features(), "avx512f");
@@ -562,13 +556,13 @@ static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes,
             static const size_t dist[BW_PF_N] = BW_PF_DIST;
             nloops = 0;
             loops[nloops++] = (bw_loop){z ? or_avx512 : or_avx2, 0,
-                                        z ? "64-byte loads (AVX-512)" : "32-byte loads (AVX2)", 0};
+                                        z ? "64-byte loads (AVX-512)" : "32-byte loads (AVX2)"};
             for (i = 0; i < BW_PF_N; i++) {
-                loops[nloops++] = (bw_loop){z ? or_avx512_t0 : or_avx2_t0, dist[i], "prefetcht0", 0};
-                loops[nloops++] = (bw_loop){z ? or_avx512_nta : or_avx2_nta, dist[i], "prefetchnta", 0};
+                loops[nloops++] = (bw_loop){z ? or_avx512_t0 : or_avx2_t0, dist[i], "prefetcht0"};
+                loops[nloops++] = (bw_loop){z ? or_avx512_nta : or_avx2_nta, dist[i], "prefetchnta"};
             }
-            loops[nloops++] = (bw_loop){z ? or_avx512_t0t1 : or_avx2_t0t1, dist[0], "prefetcht0",
-                                        BW_PF_FAR};
+            loops[nloops++] = (bw_loop){z ? or_avx512_t0t1 : or_avx2_t0t1, dist[0],
+                                        "prefetcht1 " BW_STR(BW_PF_FAR_KIB) " KiB and prefetcht0"};
         }
     }
 #endif
@@ -631,10 +625,7 @@ static void measure_bandwidth(bench_machine *mc, int threads, size_t llc_bytes,
     mc->bw_bytes = total;
     mc->bw_passes = passes;
     mc->bw_reps = BW_REPS;
-    if (loops[best].far > 0)
-        snprintf(how, sizeof how, "%s, %s %zu KiB and prefetcht1 %zu KiB ahead", loops[0].how,
-                 loops[best].how, loops[best].pf >> 10, loops[best].far >> 10);
-    else if (loops[best].pf > 0)
+    if (loops[best].pf > 0)
         snprintf(how, sizeof how, "%s, %s %zu KiB ahead", loops[0].how, loops[best].how,
                  loops[best].pf >> 10);
     else
