@@ -135,65 +135,95 @@ START_TEST(test_ordinary_rows)
 }
 END_TEST
 
-/* Every bf16 bit pattern (the SIMD rows' rounding, clamping and NaN rule
- * against the reference at every input): static per-tensor at scales that
- * put many values on ties, past the int8 range and into subnormal
- * quotients; dynamic per-token on rows that hold every pattern of the
- * exponents up to a row's own cap (the others 0), so that each row has its
- * own amax; K = 2^16 + 13, so that the 8-element step and the scalar tail
- * run too. The cpu backend at 1 and 2 threads. */
-START_TEST(test_every_bf16)
+/* Every bf16 and every f16 bit pattern (the SIMD rows' widening, rounding,
+ * clamping and NaN rule against the reference at every input), in all four
+ * modes:
+ * - static, symmetric and asymmetric, at scales that put many values on
+ *   ties, past the int8 range and into subnormal quotients, the asymmetric
+ *   ones with zero points that move the clamp, down to both int32 ends;
+ * - dynamic, symmetric and asymmetric, on rows that hold every pattern of
+ *   the exponents up to a row's own cap (the others 0), so that each row
+ *   has its own range.
+ * K = 2^16 + 13, so that the 8-element step and the scalar tail run too.
+ * The cpu backend at 1 and 2 threads. */
+static void every_pattern(smm_dtype dt)
 {
     static const float scales[] = { 1.0f, 0.5f, 0.25f, 3.0f, 0x1p-20f, 0x1p-130f, 1e30f,
                                     0.0078125f, 1.0f / 127.0f };
+    static const int32_t zps[] = { 0, 1, -128, 127, 100000, INT32_MAX, INT32_MIN };
     const int64_t K = 65536 + 13, M = 64;
+    const int f16 = dt == SMM_DTYPE_F16;
     uint16_t *x = malloc((size_t)(M * K) * sizeof *x);
     int8_t *q = malloc((size_t)(M * K)), *qr = malloc((size_t)(M * K));
     float sc[64], scr[64];
+    int32_t zp[64], zpr[64];
     ck_assert(x && q && qr);
     for (int64_t r = 0; r < M; r++) {
-        const uint32_t cap = (uint32_t)(r * 4 - 1); /* exponent field <= cap (rows >= 3) */
+        /* exponent field <= cap (rows >= 3) */
+        const uint32_t cap = f16 ? (uint32_t)(r / 2 - 1) : (uint32_t)(r * 4 - 1);
         for (int64_t k = 0; k < K; k++) {
-            const uint32_t e = ((uint32_t)k >> 7) & 0xFF;
+            const uint32_t e = f16 ? ((uint32_t)k >> 10) & 0x1F : ((uint32_t)k >> 7) & 0xFF;
             x[r * K + k] = r < 3 || e <= cap ? (uint16_t)k : 0;
         }
     }
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
     for (int th = 1; th <= 2; th++) {
         smm_context *ctx = tu_ctx(SMM_BACKEND_CPU, th);
-        for (int mode = 0; mode < 2; mode++)
-            for (size_t si = 0; si < (mode ? 1 : sizeof scales / sizeof scales[0]); si++) {
-                smm_quantize_args a = { .m = mode ? M : 3, .k = K, .x = x, .ldx = K,
-                                        .x_dtype = SMM_DTYPE_BF16, .ldq = K,
-                                        .mode = mode ? SMM_QUANT_DYNAMIC_PER_TOKEN
-                                                     : SMM_QUANT_STATIC_PER_TENSOR };
+        for (int mode = 0; mode < 4; mode++) {
+            const int dyn = mode >= 2, asym = mode & 1;
+            const size_t ns = dyn ? 1 : sizeof scales / sizeof scales[0];
+            for (size_t si = 0; si < ns; si++) {
                 float s1 = scales[si];
+                int32_t z1 = asym ? zps[si % (sizeof zps / sizeof zps[0])] : 0;
+                smm_quantize_args a = { .m = dyn ? M : 3, .k = K, .x = x, .ldx = K,
+                                        .x_dtype = dt, .ldq = K,
+                                        .mode = dyn ? SMM_QUANT_DYNAMIC_PER_TOKEN
+                                                    : SMM_QUANT_STATIC_PER_TENSOR };
                 smm_quantize_args b = a;
                 memset(q, 0x5A, (size_t)(M * K));
                 memset(qr, 0xA5, (size_t)(M * K));
-                for (int i = 0; i < 64; i++)
+                for (int i = 0; i < 64; i++) {
                     sc[i] = scr[i] = -1.0f;
+                    zp[i] = zpr[i] = -7;
+                }
                 a.q = q;
-                a.scale = mode ? sc : &s1;
+                a.scale = dyn ? sc : &s1;
+                a.azp = !asym ? NULL : dyn ? zp : &z1;
                 b.q = qr;
-                b.scale = mode ? scr : &s1;
+                b.scale = dyn ? scr : &s1;
+                b.azp = !asym ? NULL : dyn ? zpr : &z1;
                 ck_assert_int_eq(smm_quantize_i8(ctx, &a), SMM_OK);
                 ck_assert_int_eq(smm_quantize_i8(ref, &b), SMM_OK);
                 for (int64_t i = 0; i < a.m * K; i++)
                     if (q[i] != qr[i])
-                        ck_abort_msg("%s, scale %a, %d thread(s): row %lld, x bits 0x%04x: "
-                                     "q %d, reference %d",
-                                     mode ? "dynamic" : "static", mode ? 0.0 : (double)s1, th,
-                                     (long long)(i / K), x[i], q[i], qr[i]);
-                if (mode)
+                        ck_abort_msg("%s %s %s, scale %a, zero point %d, %d thread(s): row %lld, "
+                                     "x bits 0x%04x: q %d, reference %d",
+                                     f16 ? "f16" : "bf16", dyn ? "dynamic" : "static",
+                                     asym ? "asymmetric" : "symmetric", dyn ? 0.0 : (double)s1,
+                                     (int)z1, th, (long long)(i / K), x[i], q[i], qr[i]);
+                if (dyn)
                     ck_assert_mem_eq(sc, scr, sizeof sc);
+                if (dyn && asym)
+                    ck_assert_mem_eq(zp, zpr, sizeof zp);
             }
+        }
         smm_context_destroy(ctx);
     }
     smm_context_destroy(ref);
     free(x);
     free(q);
     free(qr);
+}
+
+START_TEST(test_every_bf16)
+{
+    every_pattern(SMM_DTYPE_BF16);
+}
+END_TEST
+
+START_TEST(test_every_f16)
+{
+    every_pattern(SMM_DTYPE_F16);
 }
 END_TEST
 
@@ -207,6 +237,7 @@ static Suite *quantize_suite(void)
     tcase_add_test(tc, test_rows_and_strides);
     tcase_add_test(tc, test_ordinary_rows);
     tcase_add_test(tc, test_every_bf16);
+    tcase_add_test(tc, test_every_f16);
     return s;
 }
 

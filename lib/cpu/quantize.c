@@ -14,10 +14,10 @@
  * that order binary32 values, with NaN (quiet or signalling) mapped to the
  * neutral element, i.e. ignored as the contract says.
  *
- * The AVX2 levels write the symmetric rows of bf16 and f32 inputs (the
- * modes vLLM runs) in intrinsics instead: the vectorizer's form of the
- * loops above spilled registers and cost about 2.5 cycles an element;
- * written out, M = 128 x K = 4096 takes a third of the time.
+ * The AVX2 levels write every mode and input type in intrinsics instead:
+ * the vectorizer's form of the loops above spilled registers and cost
+ * about 2.5 cycles an element; written out, M = 128 x K = 4096 takes a
+ * third of the time.
  */
 #pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
 
@@ -222,22 +222,57 @@ void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1)
 
 #define VATTR static inline __attribute__((always_inline, target("avx2,fma")))
 
-/* Elements k .. k+7 of a bf16 or f32 row, widened exactly to binary32. */
-VATTR __m256 load8(const void *row, int bf16, int64_t k)
+/* smm_cpu_f16_to_f32, lane by lane, on zero-extended binary16 bits: normal
+ * and Inf / NaN by moving the fields (exponent rebased by 112 or 224), a
+ * subnormal m * 2^-24 by an exact int -> float conversion and an exact
+ * product (m < 2^10, the result normal). No F16C needed. */
+VATTR __m256 f16x8(__m256i h)
 {
-    if (bf16) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    return _mm256_loadu_ps((const float *)row + k);
+    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi32(0x7FFF));
+    const __m256i sign = _mm256_slli_epi32(_mm256_xor_si256(h, mag), 16);
+    const __m256i moved = _mm256_slli_epi32(mag, 13);
+    const __m256i infnan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7BFF));
+    __m256i bits = _mm256_add_epi32(moved, _mm256_blendv_epi8(_mm256_set1_epi32(0x38000000),
+                                                              _mm256_set1_epi32(0x70000000),
+                                                              infnan));
+    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-24f));
+    bits = _mm256_blendv_epi8(bits, _mm256_castps_si256(sub),
+                              _mm256_cmpgt_epi32(_mm256_set1_epi32(0x400), mag));
+    return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
 }
 
-/* abs_key, lane by lane: the bits of |v|, NaN -> 0 (both sides of the
- * compare below 2^31, so the signed compare is the unsigned one). */
+/* Elements k .. k+7 of a row of x, widened exactly to binary32. */
+VATTR __m256 load8(const void *row, smm_dtype dt, int64_t k)
+{
+    if (dt == SMM_DTYPE_F32)
+        return _mm256_loadu_ps((const float *)row + k);
+    const __m256i h = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    if (dt == SMM_DTYPE_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    return f16x8(h);
+}
+
+/* All ones in the NaN lanes of v's bits (both sides of the compare below
+ * 2^31, so the signed compare is the unsigned one). */
+VATTR __m256i nan_mask8(__m256i u)
+{
+    return _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                              _mm256_set1_epi32(0x7F800000));
+}
+
+/* abs_key, lane by lane: the bits of |v|, NaN -> 0. */
 VATTR __m256i abs_key8(__m256 v)
 {
     const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
-    return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)), a);
+    return _mm256_andnot_si256(nan_mask8(_mm256_castps_si256(v)), a);
+}
+
+/* order_key, lane by lane (NaN lanes are masked by the callers). */
+VATTR __m256i order_key8(__m256i u)
+{
+    return _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31),
+                                               _mm256_set1_epi32((int)0x80000000u)));
 }
 
 /* rne_sat_i8, lane by lane, as int32: NaN -> +0, clamped to [-128, 127]
@@ -251,19 +286,48 @@ VATTR __m256i rne_sat_i8x8(__m256 v)
     return _mm256_cvttps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-/* x * f (div 0) or x / f (div 1), then rne_sat_i8: the row's symmetric
- * quantization, 32 then 8 elements a step, the rest by the scalar code. */
-VATTR void sym_row8(const void *x, int bf16, int64_t K, float f, int div, int8_t *out)
+/* asym_q, lane by lane, as int32: rne_sat_i32(c) (NaN -> 0, from 2^31 up
+ * INT32_MAX, below -2^31 INT32_MIN), clamped to [lo, hi] = [-128 - z,
+ * 127 - z] intersected with the int32 range, plus z: the int64 sum
+ * saturated to int8, with no lane overflowing. */
+VATTR __m256i asym_q8(__m256 c, __m256i lo, __m256i hi, __m256i z)
+{
+    c = _mm256_and_ps(c, _mm256_cmp_ps(c, c, _CMP_ORD_Q));
+    const __m256i big = _mm256_castps_si256(_mm256_cmp_ps(c, _mm256_set1_ps(2147483648.0f),
+                                                          _CMP_GE_OQ));
+    c = _mm256_max_ps(c, _mm256_set1_ps(-2147483648.0f));
+    __m256i i = _mm256_cvttps_epi32(_mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT |
+                                                           _MM_FROUND_NO_EXC));
+    i = _mm256_blendv_epi8(i, _mm256_set1_epi32(INT32_MAX), big);
+    i = _mm256_min_epi32(_mm256_max_epi32(i, lo), hi);
+    return _mm256_add_epi32(i, z);
+}
+
+/* One row's int8 values: x / f (QDIV), x * f (QMUL), or asym_q(x, f, z)
+ * (QASYM), 32 then 8 elements a step, the rest by the scalar code. */
+enum { QDIV, QMUL, QASYM };
+
+VATTR __m256i q8(__m256 v, int op, __m256 vf, __m256i lo, __m256i hi, __m256i vz)
+{
+    if (op == QASYM)
+        return asym_q8(_mm256_mul_ps(v, vf), lo, hi, vz);
+    return rne_sat_i8x8(op == QDIV ? _mm256_div_ps(v, vf) : _mm256_mul_ps(v, vf));
+}
+
+VATTR void row8(const void *x, smm_dtype dt, int64_t K, int op, float f, int32_t z,
+                int8_t *out)
 {
     const __m256 vf = _mm256_set1_ps(f);
+    const int64_t lo64 = (int64_t)-128 - z, hi64 = (int64_t)127 - z;
+    const __m256i lo = _mm256_set1_epi32((int32_t)(lo64 < INT32_MIN ? INT32_MIN : lo64));
+    const __m256i hi = _mm256_set1_epi32((int32_t)(hi64 > INT32_MAX ? INT32_MAX : hi64));
+    const __m256i vz = _mm256_set1_epi32(z);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
         __m256i r[4];
-        for (int j = 0; j < 4; j++) {
-            const __m256 v = load8(x, bf16, k + 8 * j);
-            r[j] = rne_sat_i8x8(div ? _mm256_div_ps(v, vf) : _mm256_mul_ps(v, vf));
-        }
+        for (int j = 0; j < 4; j++)
+            r[j] = q8(load8(x, dt, k + 8 * j), op, vf, lo, hi, vz);
         /* Per 128-bit half: int32 -> int16 -> int8 (the values fit), then
          * the four 4-byte groups of each half back into element order. */
         const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
@@ -271,58 +335,113 @@ VATTR void sym_row8(const void *x, int bf16, int64_t K, float f, int div, int8_t
         _mm256_storeu_si256((__m256i *)(out + k), _mm256_permutevar8x32_epi32(p, order));
     }
     for (; k + 8 <= K; k += 8) {
-        const __m256 v = load8(x, bf16, k);
-        const __m256i r = rne_sat_i8x8(div ? _mm256_div_ps(v, vf) : _mm256_mul_ps(v, vf));
+        const __m256i r = q8(load8(x, dt, k), op, vf, lo, hi, vz);
         const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r, r), _mm256_setzero_si256());
         _mm_storel_epi64((__m128i *)(out + k),
                          _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, order)));
     }
-    const smm_dtype dt = bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32;
-    for (; k < K; k++)
-        out[k] = rne_sat_i8(div ? load_x(x, dt, k) / f : load_x(x, dt, k) * f);
+    for (; k < K; k++) {
+        const float v = load_x(x, dt, k);
+        out[k] = op == QASYM ? asym_q(v, f, z) : rne_sat_i8(op == QDIV ? v / f : v * f);
+    }
 }
 
-/* The symmetric rows of a bf16 or f32 x (static per-tensor, or dynamic
- * per-token without azp) in intrinsics; quantize_row's formulas, each
- * vector operation the correctly rounded one of its scalar step. Returns
- * 0 for every other case (quantize_row then does it). */
-VATTR int quantize_row_avx2(const smm_quantize_args *q, int64_t r)
+/* Horizontal max / min of eight uint32 lanes. */
+VATTR uint32_t hmax8(__m256i m)
 {
-    const int bf16 = q->x_dtype == SMM_DTYPE_BF16;
-    if (q->azp || (!bf16 && q->x_dtype != SMM_DTYPE_F32))
-        return 0;
-    const void *x = (const unsigned char *)q->x + (size_t)r * (size_t)q->ldx * (bf16 ? 2 : 4);
-    int8_t *out = q->q + r * q->ldq;
-    const int64_t K = q->k;
-
-    if (q->mode == SMM_QUANT_STATIC_PER_TENSOR) {
-        sym_row8(x, bf16, K, q->scale[0], 1, out);
-        return 1;
-    }
-    __m256i m = _mm256_setzero_si256();
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8)
-        m = _mm256_max_epu32(m, abs_key8(load8(x, bf16, k)));
-    uint32_t lane[8], amax_bits = 0;
+    uint32_t lane[8], r = 0;
     _mm256_storeu_si256((__m256i *)lane, m);
     for (int j = 0; j < 8; j++)
-        amax_bits = u32_max(amax_bits, lane[j]);
-    const smm_dtype dt = bf16 ? SMM_DTYPE_BF16 : SMM_DTYPE_F32;
+        r = u32_max(r, lane[j]);
+    return r;
+}
+
+VATTR uint32_t hmin8(__m256i m)
+{
+    uint32_t lane[8], r = UINT32_MAX;
+    _mm256_storeu_si256((__m256i *)lane, m);
+    for (int j = 0; j < 8; j++)
+        r = u32_min(r, lane[j]);
+    return r;
+}
+
+/* quantize_row in intrinsics, for a constant dt: the same formulas, each
+ * vector operation the correctly rounded one of its scalar step, and the
+ * per-row scalars (scale, zero point, degenerate test) by the same code. */
+VATTR void quantize_row_avx2(const smm_quantize_args *q, const smm_dtype dt, int64_t r)
+{
+    const size_t esize = dt == SMM_DTYPE_F32 ? 4 : 2;
+    const void *x = (const unsigned char *)q->x + (size_t)r * (size_t)q->ldx * esize;
+    int8_t *out = q->q + r * q->ldq;
+    const int64_t K = q->k;
+    int64_t k;
+
+    if (q->mode == SMM_QUANT_STATIC_PER_TENSOR) {
+        if (q->azp)
+            row8(x, dt, K, QASYM, 1.0f / q->scale[0], q->azp[0], out);
+        else
+            row8(x, dt, K, QDIV, q->scale[0], 0, out);
+        return;
+    }
+    if (q->azp) {
+        /* mn from +FLT_MAX, mx from -FLT_MAX, NaN ignored. */
+        uint32_t kmn = order_key(FLT_MAX), kmx = order_key(-FLT_MAX);
+        __m256i vmn = _mm256_set1_epi32((int)kmn), vmx = _mm256_set1_epi32((int)kmx);
+        for (k = 0; k + 8 <= K; k += 8) {
+            const __m256i u = _mm256_castps_si256(load8(x, dt, k));
+            const __m256i nan = nan_mask8(u), key = order_key8(u);
+            vmn = _mm256_min_epu32(vmn, _mm256_or_si256(key, nan));
+            vmx = _mm256_max_epu32(vmx, _mm256_andnot_si256(nan, key));
+        }
+        kmn = u32_min(kmn, hmin8(vmn));
+        kmx = u32_max(kmx, hmax8(vmx));
+        for (; k < K; k++) {
+            const float v = load_x(x, dt, k);
+            kmn = u32_min(kmn, min_key(v));
+            kmx = u32_max(kmx, max_key(v));
+        }
+        const float mn = from_key(kmn), mx = from_key(kmx);
+        const float s = (mx - mn) / 255.0f;
+        const float inv = 1.0f / s;
+        if (s > 0.0f && s <= FLT_MAX && inv <= FLT_MAX) {
+            const int32_t z = rne_sat_i32(-128.0f - mn / s);
+            row8(x, dt, K, QASYM, inv, z, out);
+            q->scale[r] = s;
+            q->azp[r] = z;
+            return;
+        }
+        /* Degenerate row: the symmetric formula, zero point 0. */
+        q->azp[r] = 0;
+    }
+    /* amax = max |x| from +0, on the bits of |x|, NaN mapped to 0. */
+    __m256i m = _mm256_setzero_si256();
+    for (k = 0; k + 8 <= K; k += 8)
+        m = _mm256_max_epu32(m, abs_key8(load8(x, dt, k)));
+    uint32_t amax_bits = hmax8(m);
     for (; k < K; k++)
         amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
     const float amax = smm_cpu_bits_f32(amax_bits);
     const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-    sym_row8(x, bf16, K, inv, 0, out);
+    row8(x, dt, K, QMUL, inv, 0, out);
     q->scale[r] = amax / 127.0f;
-    return 1;
 }
 
 SMM_TARGET_AVX2 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1)
 {
-    int64_t r = r0;
-    while (r < r1 && quantize_row_avx2(q, r))
-        r++;
-    quantize_rows_body(q, r, r1);
+    switch (q->x_dtype) {
+    case SMM_DTYPE_F16:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row_avx2(q, SMM_DTYPE_F16, r);
+        break;
+    case SMM_DTYPE_BF16:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row_avx2(q, SMM_DTYPE_BF16, r);
+        break;
+    default:
+        for (int64_t r = r0; r < r1; r++)
+            quantize_row_avx2(q, SMM_DTYPE_F32, r);
+        break;
+    }
 }
 #endif
 
