@@ -77,11 +77,13 @@
  *                   every point checked.
  *   --large-sweep   M = 64, 256, 1024, 2048, 4096, 8192 on the four layers (405b: and the
  *                   405B ones), bf16 out: TOPS of the TMA kernel, its
- *                   ping-pong form with 4 and 5 stages, the mma.sync
- *                   kernel and the automatic choice, in turn, median of 3
- *                   rounds of graph replays.
- *   --decode-one M N K [KERNEL]   20 plain launches of one problem (bf16
- *                   out, dense rows), for a profiler.
+ *                   ping-pong form (64 x 256 warpgroup tiles with 4
+ *                   stages, 128 x 128 with 5 and 6), the mma.sync kernel
+ *                   and the automatic choice, in turn, median of 3 rounds
+ *                   of graph replays.
+ *   --decode-one M N K [KERNEL [TILE]]   20 plain launches of one problem
+ *                   (bf16 out, dense rows), for a profiler; TILE 1 or 2
+ *                   the tma_pp warpgroup tile (64 x 256, 128 x 128).
  * --ref (any mode): check against the reference backend instead of cpu.
  *
  * Inputs are random from SMM_TEST_SEED (decimal or 0x-hex, anything else
@@ -832,10 +834,11 @@ static void run_ring_sweep(bool big)
     bufs_free(d);
 }
 
-static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel)
+static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel, int tile)
 {
     bufs d = bufs_alloc(m, n, k, n * k);
-    const smm_gpu_force f = force_of(kernel, 0, 0, 0, 0);
+    smm_gpu_force f = force_of(kernel, 0, 0, 0, 0);
+    f.tile = tile;
     force_set(&f);
     for (int l = 0; l < 20; l++)
         launch(d, m, n, k, SMM_DTYPE_BF16, 0, NULL);
@@ -849,29 +852,28 @@ static void run_decode_one(int64_t m, int64_t n, int64_t k, int kernel)
 /* The large-M kernels side by side: M = 64 .. 8192 on the four
  * layers (big: and the Llama-3.1-405B TP=4 ones), bf16 out, per-token x
  * per-channel scales, weights rotating over >= 256 MiB; the TMA kernel,
- * its ping-pong form with 4 and 5 stages, the mma.sync tiled kernel and
- * the automatic choice, in turn, three rounds of graph replays each
- * (median); TOPS and the forms' ratios. Every form's point checked. */
+ * its ping-pong forms (64 x 256 warpgroup tiles, 4 stages; 128 x 128, 5
+ * and 6), the mma.sync tiled kernel and the automatic choice, in turn,
+ * three rounds of graph replays each (median); TOPS and the forms'
+ * ratios. Every form's point checked. */
 static void run_large_sweep(bool big)
 {
     const int64_t ms[] = {64, 256, 1024, 2048, 4096, 8192};
     struct form {
         const char *name;
-        int kernel, stages;
-    } forms[] = {{"tma", SMM_GPU_KERNEL_TMA, 0},
-                 {"pp4", SMM_GPU_KERNEL_TMA_PP, 4},
-                 {"pp5", SMM_GPU_KERNEL_TMA_PP, 5},
-                 {"mma", SMM_GPU_KERNEL_MMA, 0},
-                 {"auto", SMM_GPU_KERNEL_AUTO, 0}};
-    const int nf = 5;
+        int kernel, stages, tile;
+    } forms[] = {{"tma", SMM_GPU_KERNEL_TMA, 0, 0},      {"pp4", SMM_GPU_KERNEL_TMA_PP, 4, 1},
+                 {"sq5", SMM_GPU_KERNEL_TMA_PP, 5, 2},   {"sq6", SMM_GPU_KERNEL_TMA_PP, 6, 2},
+                 {"mma", SMM_GPU_KERNEL_MMA, 0, 0},      {"auto", SMM_GPU_KERNEL_AUTO, 0, 0}};
+    const int nf = 6;
     const int64_t max_k = big ? 16384 : 14336;
     bufs d = bufs_alloc(8192, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
     printf("large M (bf16 out, per-token x per-channel): TOPS, graph replays, median of 3 "
            "rounds\n%-5s %-6s %-6s", "M", "N", "K");
     for (int f = 0; f < nf; f++)
         printf(" %8s", forms[f].name);
-    printf(" %7s %7s %7s %s\n", "pp4/tma", "pp5/tma", "pp4/mma", "auto ran");
-    double lsum[3] = {0, 0, 0};
+    printf(" %7s %7s %7s %7s %s\n", "pp4/tma", "sq5/pp4", "sq6/pp4", "pp4/mma", "auto ran");
+    double lsum[3] = {0, 0, 0}, ssum[2] = {0, 0};
     int lcount = 0, nm = 0;
     for (int s = 0; s < (big ? 8 : 4); s++) {
         const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
@@ -880,11 +882,12 @@ static void run_large_sweep(bool big)
         for (int64_t m : ms) {
             fprintf(stderr, "gpu-tune: M %lld N %lld K %lld\n", (long long)m, (long long)n,
                     (long long)k);
-            std::vector<double> t[5];
-            int ran[5] = {0, 0, 0, 0, 0};
+            std::vector<double> t[6];
+            int ran[6] = {0, 0, 0, 0, 0, 0};
             for (int round = 0; round < 3; round++)
                 for (int f = 0; f < nf; f++) {
-                    const smm_gpu_force fo = force_of(forms[f].kernel, 0, 0, forms[f].stages, 0);
+                    smm_gpu_force fo = force_of(forms[f].kernel, 0, 0, forms[f].stages, 0);
+                    fo.tile = forms[f].tile;
                     force_set(&fo);
                     t[f].push_back(graph_time(copies * (m >= 2048 ? 1 : 4), 3, [&](int l) {
                         launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, NULL);
@@ -894,7 +897,7 @@ static void run_large_sweep(bool big)
                     force_set(NULL);
                 }
             const double ops = 2.0 * (double)m * (double)n * (double)k;
-            double tops[5];
+            double tops[6];
             printf("%-5lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
             nm++;
             for (int f = 0; f < nf; f++) {
@@ -904,21 +907,22 @@ static void run_large_sweep(bool big)
                 else
                     printf(" %8.1f", tops[f]);
             }
-            printf(" %7.3f %7.3f %7.3f %s\n", tops[1] / tops[0], tops[2] / tops[0],
-                   tops[1] / tops[3], kernel_name(ran[4]));
+            printf(" %7.3f %7.3f %7.3f %7.3f %s\n", tops[1] / tops[0], tops[2] / tops[1],
+                   tops[3] / tops[1], tops[1] / tops[4], kernel_name(ran[5]));
             if (m >= 2048) {
-                lsum[0] += log(tops[1] / tops[0]), lsum[1] += log(tops[2] / tops[0]);
+                lsum[0] += log(tops[1] / tops[0]), lsum[1] += log(tops[2] / tops[1]);
+                ssum[0] += log(tops[3] / tops[1]);
                 lcount++;
             } else {
-                lsum[2] += log(tops[1] / tops[3]);
+                lsum[2] += log(tops[1] / tops[4]), ssum[1] += log(tops[3] / tops[1]);
             }
             fflush(stdout);
         }
     }
-    printf("geomean at M >= 2048 (%d points): pp4/tma %.3f, pp5/tma %.3f; at M < 2048 (%d "
-           "points): pp4/mma %.3f\n",
-           lcount, exp(lsum[0] / lcount), exp(lsum[1] / lcount), nm - lcount,
-           exp(lsum[2] / (nm - lcount)));
+    printf("geomean at M >= 2048 (%d points): pp4/tma %.3f, sq5/pp4 %.3f, sq6/pp4 %.3f; at M < "
+           "2048 (%d points): pp4/mma %.3f, sq6/pp4 %.3f\n",
+           lcount, exp(lsum[0] / lcount), exp(lsum[1] / lcount), exp(ssum[0] / lcount),
+           nm - lcount, exp(lsum[2] / (nm - lcount)), exp(ssum[1] / (nm - lcount)));
     bufs_free(d);
 }
 
@@ -928,7 +932,7 @@ static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
             "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep [405b] | "
-            "--large-sweep [405b] | --decode-one M N K [KERNEL]]\n",
+            "--large-sweep [405b] | --decode-one M N K [KERNEL [TILE]]]\n",
             why);
     return 2;
 }
@@ -951,6 +955,7 @@ int main(int argc, char **argv)
     const char *kernel_arg = NULL;
     bool raw = false, quick = false, ref = false, big = false;
     int64_t one[3] = {0, 0, 0};
+    int one_tile = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -983,6 +988,9 @@ int main(int argc, char **argv)
                 return usage("--decode-one: M at most 32768, N K at most 2^32");
             if (i + 1 < argc && argv[i + 1][0] != '-')
                 kernel_arg = argv[++i];
+            if (kernel_arg && i + 1 < argc && argv[i + 1][0] >= '1' && argv[i + 1][0] <= '2' &&
+                argv[i + 1][1] == '\0')
+                one_tile = argv[++i][0] - '0';
         } else
             return usage(a);
     }
@@ -1044,7 +1052,7 @@ int main(int argc, char **argv)
     case COST: run_launch_cost(!raw, quick); break;
     case LAYER: run_layer_cost(big); break;
     case RING: run_ring_sweep(big); break;
-    case ONE: run_decode_one(one[0], one[1], one[2], kernel); break;
+    case ONE: run_decode_one(one[0], one[1], one[2], kernel, one_tile); break;
     case LARGE: run_large_sweep(big); break;
     }
     SK(gctx, smm_synchronize(gctx));

@@ -263,14 +263,14 @@ static int run_case(smm_context *ref, smm_context *g, const gemm_case *c, cf_rng
         ck_abort_msg("forced %s (ran %s): M %" PRId64 " N %" PRId64 " K %" PRId64
                      " lda %" PRId64 " ldb %" PRId64 " ldc %" PRId64
                      " offsets %d %d %d, %s, scale_a %s, scale_b %s, bias %d, azp %d, "
-                     "packed %d, groups %d cluster %d stages %d pre %d: C differs at byte "
-                     "%zu (element %zu)",
+                     "packed %d, groups %d cluster %d stages %d tile %d pre %d: C differs at "
+                     "byte %zu (element %zu)",
                      kernel_name(c->force.kernel), ran > 0 ? kernel_name(ran) : "none", m, n,
                      k, c->lda, c->ldb, c->ldc, c->off_a, c->off_b, c->off_c,
                      smm_dtype_name(c->c_dtype), c->scale_a_per_row ? "row" : "tensor",
                      c->scale_b_per_col ? "col" : "tensor", c->bias, c->azp, c->packed,
-                     c->force.groups, c->force.cluster, c->force.stages, c->force.pre, at,
-                     at / es);
+                     c->force.groups, c->force.cluster, c->force.stages, c->force.tile,
+                     c->force.pre, at, at / es);
     }
 
     smm_packed_b_destroy(pb);
@@ -298,8 +298,9 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
     c->n = pick(r, edge_mn, (int)(sizeof edge_mn / sizeof edge_mn[0]));
     c->k = pick(r, edge_k, (int)(sizeof edge_k / sizeof edge_k[0]));
     if (big && kernel == SMM_GPU_KERNEL_TMA_PP && cf_rng_range(r, 0, 1)) {
-        /* more k-tiles than stages and more 64 x 256 tiles than SMs */
-        c->m = cf_rng_range(r, 700, 1100);
+        /* more k-tiles than stages, and more than two 64 x 256 (or 128
+         * x 128) tiles per SM: each warpgroup's second tile */
+        c->m = cf_rng_range(r, 1500, 2100);
         c->n = cf_rng_range(r, 2048, 2300);
         c->k = cf_rng_range(r, 600, 1100);
     } else if (big) {
@@ -337,8 +338,9 @@ static void random_case(cf_rng *r, gemm_case *c, int kernel, int big)
     }
     if (kernel == SMM_GPU_KERNEL_TMA_PP) {
         /* It declines azp and unaligned rows: mostly cases it takes. */
-        static const int st[] = {0, 4, 5};
-        c->force.stages = st[cf_rng_range(r, 0, 2)];
+        static const int st[] = {0, 4, 5, 6};
+        c->force.stages = st[cf_rng_range(r, 0, 3)];
+        c->force.tile = (int)cf_rng_range(r, 0, 2);
         if (cf_rng_range(r, 0, 3) > 0)
             c->azp = 0;
         if (cf_rng_range(r, 0, 1)) {
@@ -528,21 +530,21 @@ typedef struct pipe_case {
 } pipe_case;
 
 static const pipe_case graph_cases[] = {
-    {1, 4096, 1024, 1, 0, 0, {SMM_GPU_KERNEL_DECODE, 1, 1, 0, 1, 0, 0, 0}},
-    {16, 6144, 1024, 1, 1, 0, {SMM_GPU_KERNEL_DECODE, 2, 1, 0, 1, 0, 0, 0}},
+    {1, 4096, 1024, 1, 0, 0, {SMM_GPU_KERNEL_DECODE, 1, 1, 0, 1, 0, 0, 0, 0}},
+    {16, 6144, 1024, 1, 1, 0, {SMM_GPU_KERNEL_DECODE, 2, 1, 0, 1, 0, 0, 0, 0}},
     {1, 8000, 3000, 1, 0, 0, {0}},
-    {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0, 0}},
+    {9, 3000, 700, 0, 1, 0, {SMM_GPU_KERNEL_DECODE, 0, 0, 0, 0, 0, 0, 0, 0}},
     {24, 26000, 256, 0, 0, 0, {0}},
     {32, 4096, 1024, 1, 1, 0, {0}},
     {28, 6144, 4096, 0, 2, 0, {0}},
-    {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0}},
-    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0}},
-    {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0, 0}},
+    {32, 4096, 4096, 1, 0, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {20, 4096, 4096, 1, 2, 0, {SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {12, 3000, 2048, 0, 1, 0, {SMM_GPU_KERNEL_DECODE_TMA, 0, 0, 0, 0, 0, 0, 0, 0}},
     {1024, 4352, 128, 0, 2, 0, {0}},
     {300, 1000, 200, 0, 0, 0, {0}},
     {40, 300, 77, 0, 0, 1, {0}},
     {1, 4096, 4096, 1, 2, 0, {0}},
-    {3, 6144, 1000, 0, 2, 0, {0, 0, 0, 0, 0, 0, 0, 1}},
+    {3, 6144, 1000, 0, 2, 0, {0, 0, 0, 0, 0, 0, 0, 1, 0}},
 };
 
 /* CUDA's driver API (libcuda.so.1, loaded by the runtime the plugin

@@ -16,8 +16,8 @@
  *                 tile; mbarrier hand-over; the epilogue goes through shared
  *                 memory, 16 x 32 slices per warp, finished 4 elements per
  *                 lane with 8 / 16-byte stores.
- *   tma_pp_kernel the same producer, 64 x 256 tiles: each consumer
- *                 warpgroup owns whole tiles, the two in turn (ping-pong),
+ *   tma_pp_kernel the same producer, 64 x 256 (or 128 x 128) tiles: each
+ *                 consumer warpgroup owns whole tiles, the two in turn (ping-pong),
  *                 so one tile's epilogue runs under the next one's wgmmas;
  *                 no azp (the column sums stay with tma_kernel).
  */
@@ -64,6 +64,28 @@ SMM_DEV void smm_wgmma_64x256x32(int32_t *d, uint64_t da, uint64_t db)
                    "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]),
                    "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
                    "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+                 : "l"(da), "l"(db));
+#endif
+}
+
+/* d(64 x 128) += A(64 x 32, smem) * B(128 x 32, smem)^T, int32 wrapping. */
+SMM_DEV void smm_wgmma_64x128x32(int32_t *d, uint64_t da, uint64_t db)
+{
+#if defined(SMM_HAVE_WGMMA)
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n"
+                 "}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+                   "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+                   "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+                   "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+                   "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+                   "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
                  : "l"(da), "l"(db));
 #endif
 }
@@ -290,24 +312,25 @@ SMM_DEV void smm_tma_epi4(const smm_epi_params &e, bool scaled, bool azp, int64_
 }
 
 /*
- * The epilogue of a warp's 16 x 256 share of a tile (rows m0 .. m0 + 15,
- * columns bn .. bn + 255; warp-level: every lane calls it), 32 columns at
- * a time: register j * 4 + 2 h + c of the m64n256 accumulator is row g +
- * 8 h, column 8 j + 2 q + c. The warp parks a 16 x 32 slice in st (its
+ * The epilogue of a warp's 16 x 32 NCH share of a tile (rows m0 .. m0 +
+ * 15, columns bn .. bn + 32 NCH - 1; warp-level: every lane calls it), 32
+ * columns at a time: register j * 4 + 2 h + c of the m64n(32 NCH)
+ * accumulator is row g + 8 h, column 8 j + 2 q + c. The warp parks a 16 x 32 slice in st (its
  * own 16 x SMM_TMA_STG_LD int32), then each lane finishes 4 consecutive
  * elements of a row per step (8 lanes a row) and stores them with one 8-
  * or 16-byte store. Column data cs / csb / cbias are indexed by the
  * tile's column, row data rsa / rz by the warp's row (0 .. 15); cs and rz
  * are read only with azp.
  */
-SMM_DEV void smm_tma_epilogue(const int32_t (&acc)[128], int32_t *st, const smm_mm_dims &d,
+template <int NCH>
+SMM_DEV void smm_tma_epilogue(const int32_t *acc, int32_t *st, const smm_mm_dims &d,
                               const smm_epi_params &e, bool scaled, bool azp, int64_t m0,
                               int64_t bn, const int32_t *cs, const float *csb,
                               const float *cbias, const float *rsa, const int32_t *rz)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
-    for (int jc = 0; jc < 8; jc++) {
+    for (int jc = 0; jc < NCH; jc++) {
 #pragma unroll
         for (int jj = 0; jj < 4; jj++)
 #pragma unroll
@@ -467,7 +490,7 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
             }
             asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
-            smm_tma_epilogue(acc, stg + (ctid >> 5) * (16 * SMM_TMA_STG_LD), d, e, scaled, azp,
+            smm_tma_epilogue<8>(acc, stg + (ctid >> 5) * (16 * SMM_TMA_STG_LD), d, e, scaled, azp,
                              bm + cwg * 64 + wwarp * 16, bn, cs, csb, cbias,
                              csa + cwg * 64 + wwarp * 16, cz + cwg * 64 + wwarp * 16);
         }
@@ -479,16 +502,19 @@ smm_tma_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ 
 #endif
 }
 
-/* The ping-pong form's shared memory with ST stages: stages of 64 x 128
- * bytes of A and 256 x 128 of B, full / empty barriers per stage, two
- * order barriers, per consumer warpgroup its tile's column data (scale_b,
- * bias: 2 x 256 floats) and row data (scale_a, 64 floats), the epilogue
- * slices, and the 1024-byte alignment slack. */
+/* The ping-pong form's shared memory with ST stages of a warpgroup tile
+ * of BM x BN: stages of BM x 128 bytes of A and BN x 128 of B, full /
+ * empty barriers per stage, two order barriers, per consumer warpgroup its
+ * tile's column data (scale_b, bias: 2 x BN floats) and row data (scale_a,
+ * BM floats), the epilogue slices, and the 1024-byte alignment slack. */
 #define SMM_TMA_PP_STAGES 4
-#define SMM_TMA_PP_SMEM(ST)                                                               \
-    ((ST) * (64 + 256) * 128 + 2 * (ST) * 8 + 2 * 8 + 2 * (2 * 256 + 64) * 4 +             \
+#define SMM_TMA_PP_SMEM(ST, BM, BN)                                                       \
+    ((ST) * ((BM) + (BN)) * 128 + 2 * (ST) * 8 + 2 * 8 + 2 * (2 * (BN) + (BM)) * 4 +       \
      8 * 16 * SMM_TMA_STG_LD * 4 + 1024)
-static_assert(SMM_TMA_PP_SMEM(5) <= 227 * 1024, "five stages fit one block per SM (sm_90)");
+static_assert(SMM_TMA_PP_SMEM(5, 64, 256) <= 227 * 1024,
+              "five 64 x 256 stages fit one block per SM (sm_90)");
+static_assert(SMM_TMA_PP_SMEM(6, 128, 128) <= 227 * 1024,
+              "six 128 x 128 stages fit one block per SM (sm_90)");
 
 /*
  * Ping-pong form of smm_tma_kernel (no azp), 384 threads: warpgroup 0 is
@@ -503,17 +529,20 @@ static_assert(SMM_TMA_PP_SMEM(5) <= 227 * 1024, "five stages fit one block per S
  * never waited on two phases early; one warpgroup's epilogue then runs
  * under the other's products. empty[s] counts the four warps of the
  * warpgroup that read stage s. Tiles blockIdx.x, blockIdx.x + gridDim.x,
- * ... in groups of 16 block rows. Needs 16-byte aligned rows of A and B.
+ * ... in groups of 1024 rows. SQ: the warpgroup tile is 128 x 128 (two
+ * m64n128k32 accumulators sharing each B slice), for problems with few
+ * 64 x 256 tiles (smm_launch_tma_pp). Needs 16-byte aligned rows of A
+ * and B.
  */
-template <int STAGES>
+template <int STAGES, bool SQ>
 __global__ void __launch_bounds__(384, 1)
 smm_tma_pp_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant__ CUtensorMap tmb,
                   smm_mm_dims d, smm_epi_params e, int mtiles, int ntiles)
 {
 #if defined(SMM_HAVE_WGMMA)
-    constexpr int BM = 64, BN = 256, BK = 128;
+    constexpr int BM = SQ ? 128 : 64, BN = SQ ? 128 : 256, BK = 128;
     constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
-    constexpr int GROUP_M = 16;
+    constexpr int GROUP_M = 1024 / BM;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw_addr = smm_smem_addr(smem_raw);
     unsigned char *smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
@@ -597,9 +626,17 @@ smm_tma_pp_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant
                 smm_mbar_wait(bar_full + 8 * s, (it / STAGES) & 1);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-                for (int kk = 0; kk < BK / 32; kk++)
-                    smm_wgmma_64x256x32(acc, smm_wgmma_desc128(sa + 32 * kk),
-                                        smm_wgmma_desc128(sb + 32 * kk));
+                for (int kk = 0; kk < BK / 32; kk++) {
+                    if (SQ) {
+                        smm_wgmma_64x128x32(acc, smm_wgmma_desc128(sa + 32 * kk),
+                                            smm_wgmma_desc128(sb + 32 * kk));
+                        smm_wgmma_64x128x32(acc + 64, smm_wgmma_desc128(sa + 64 * BK + 32 * kk),
+                                            smm_wgmma_desc128(sb + 32 * kk));
+                    } else {
+                        smm_wgmma_64x256x32(acc, smm_wgmma_desc128(sa + 32 * kk),
+                                            smm_wgmma_desc128(sb + 32 * kk));
+                    }
+                }
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                 if (kt == ktiles - 1)
                     smm_mbar_arrive(order_mine);
@@ -615,7 +652,7 @@ smm_tma_pp_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant
             asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
             if (scaled) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < BN / 128; h++) {
                     const int cl = ctid + 128 * h;
                     const int64_t n = bn + cl < d.n ? bn + cl : d.n - 1;
                     csb[cl] = __ldg(e.scale_b_per_col ? e.scale_b + n : e.scale_b);
@@ -628,9 +665,16 @@ smm_tma_pp_kernel(const __grid_constant__ CUtensorMap tma, const __grid_constant
             }
             asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
 
-            smm_tma_epilogue(acc, stg + ((tid - 128) >> 5) * (16 * SMM_TMA_STG_LD), d, e, scaled,
-                             false, bm + wwarp * 16, bn, NULL, csb, cbias, csa + wwarp * 16,
-                             NULL);
+            int32_t *st = stg + ((tid - 128) >> 5) * (16 * SMM_TMA_STG_LD);
+            if (SQ) { /* rows wwarp * 16 .. of each 64-row half */
+                smm_tma_epilogue<4>(acc, st, d, e, scaled, false, bm + wwarp * 16, bn, NULL, csb,
+                                    cbias, csa + wwarp * 16, NULL);
+                smm_tma_epilogue<4>(acc + 64, st, d, e, scaled, false, bm + 64 + wwarp * 16, bn,
+                                    NULL, csb, cbias, csa + 64 + wwarp * 16, NULL);
+            } else {
+                smm_tma_epilogue<8>(acc, st, d, e, scaled, false, bm + wwarp * 16, bn, NULL, csb,
+                                    cbias, csa + wwarp * 16, NULL);
+            }
         }
     }
 #else
@@ -762,41 +806,62 @@ gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms
 bool smm_have_tma_pp(void)
 {
     static signed char cache[64];
-    return smm_sm90a_loaded(smm_tma_pp_kernel<SMM_TMA_PP_STAGES>, cache) &&
+    return smm_sm90a_loaded(smm_tma_pp_kernel<SMM_TMA_PP_STAGES, false>, cache) &&
            smm_tmap_encoder() != NULL;
 }
 
-/* The ping-pong kernel with `stages` stages (4 or 5; else chosen) when
- * the problem suits it (smm_launch_tma's conditions, and no azp); *done
- * false: nothing launched. */
+/* The ping-pong kernel when the problem suits it (smm_launch_tma's
+ * conditions, and no azp): tile 1 the 64 x 256 warpgroup tile with
+ * `stages` 4 or 5, tile 2 the 128 x 128 one with 5 or 6; 0 (or another
+ * value) chosen. *done false: nothing launched. */
 gpuError_t smm_launch_tma_pp(const smm_mm_dims &d, const smm_epi_params &e, int sms, int stages,
-                             gpuStream_t stream, bool *done)
+                             int tile, gpuStream_t stream, bool *done)
 {
-    const int64_t mt = (d.m + 63) / 64, nt = (d.n + 255) / 256;
-    static bool attr_set[2][64];
+    static bool attr_set[4][64];
     CUtensorMap ta, tb;
 
     *done = false;
+    /* Tile 0 (chosen): the 128 x 128 tile where the 64 x 256 one leaves
+     * SMs idle or ends on a thin last wave: at most 768 tiles of 64 x 256
+     * (about three per warpgroup on 132 SMs), and at M <= 64, where half
+     * of each 128-row tile is padding, at most 128 tiles of 128 x 128
+     * (the bounds from gpu-tune --large-sweep on an H100; doc/design.md). */
+    if (tile != 1 && tile != 2) {
+        const int64_t t1 = (d.m + 63) / 64 * ((d.n + 255) / 256);
+        const int64_t t2 = (d.m + 127) / 128 * ((d.n + 127) / 128);
+        tile = (d.m <= 64 ? t2 <= 128 : t1 <= 768) ? 2 : 1;
+    }
+    const bool sq = tile == 2;
+    const int bm = sq ? 128 : 64, bn = sq ? 128 : 256;
+    const int64_t mt = (d.m + bm - 1) / bm, nt = (d.n + bn - 1) / bn;
     if (e.azp != NULL || d.k <= 0 || d.m >= INT32_MAX || d.n >= INT32_MAX ||
         d.k >= INT32_MAX || d.lda % 16 != 0 || d.ldb % 16 != 0 || d.lda < d.k || d.ldb < d.k ||
         ((uintptr_t)d.a & 15) != 0 || ((uintptr_t)d.b & 15) != 0 || mt * nt > INT32_MAX / 2)
         return gpuSuccess;
-    if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.lda, 64) ||
-        !smm_make_tmap(&tb, d.b, d.n, d.k, d.ldb, 256))
+    if (!smm_make_tmap(&ta, d.a, d.m, d.k, d.lda, (unsigned)bm) ||
+        !smm_make_tmap(&tb, d.b, d.n, d.k, d.ldb, (unsigned)bn))
         return gpuSuccess;
-    const int f = (stages == 4 || stages == 5 ? stages : SMM_TMA_PP_STAGES) == 4 ? 0 : 1;
-    auto kern = f == 0 ? smm_tma_pp_kernel<4> : smm_tma_pp_kernel<5>;
-    const int smem = f == 0 ? SMM_TMA_PP_SMEM(4) : SMM_TMA_PP_SMEM(5);
+    int f;
+    if (sq)
+        f = stages == 5 ? 2 : 3;
+    else
+        f = (stages == 4 || stages == 5 ? stages : SMM_TMA_PP_STAGES) == 4 ? 0 : 1;
+    static void (*const kerns[4])(const CUtensorMap, const CUtensorMap, smm_mm_dims,
+                                  smm_epi_params, int, int) = {
+        smm_tma_pp_kernel<4, false>, smm_tma_pp_kernel<5, false>, smm_tma_pp_kernel<5, true>,
+        smm_tma_pp_kernel<6, true>};
+    static const int smems[4] = {SMM_TMA_PP_SMEM(4, 64, 256), SMM_TMA_PP_SMEM(5, 64, 256),
+                                 SMM_TMA_PP_SMEM(5, 128, 128), SMM_TMA_PP_SMEM(6, 128, 128)};
     const int dev = smm_cache_dev();
     if (!attr_set[f][dev]) {
-        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kern, smem);
+        gpuError_t err = gpuFuncSetMaxDynamicSharedMemory(kerns[f], smems[f]);
         if (err != gpuSuccess)
             return err;
         attr_set[f][dev] = true;
     }
     *done = true;
-    kern<<<(unsigned)(mt * nt < sms ? mt * nt : sms), 384, smem, stream>>>(ta, tb, d, e, (int)mt,
-                                                                          (int)nt);
+    kerns[f]<<<(unsigned)(mt * nt < sms ? mt * nt : sms), 384, smems[f], stream>>>(
+        ta, tb, d, e, (int)mt, (int)nt);
     return gpuGetLastError();
 }
 

@@ -80,7 +80,8 @@ typedef struct smm_gpu_force {
                      DECODE_RING also 3, the others take 3 as 2; above 4
                      is 4); 0: chosen */
     int stages;   /* DECODE_TMA: stages (2 to 16); DECODE_RING: ring slots
-                     (3 to 8); TMA_PP: stages (4 or 5); 0: chosen */
+                     (3 to 8); TMA_PP: stages (4 or 5 with tile 1, 5 or
+                     6 with tile 2); 0: chosen */
     int pre;      /* DECODE with a packed B: 1 the shared-memory form
                      wherever it exists, -1 never, 0 chosen */
     int no_wgmma; /* AUTO: no sm_90a wgmma kernel (large M stays on MMA,
@@ -91,6 +92,8 @@ typedef struct smm_gpu_force {
                      tokens (one launch) wherever it can run; else the
                      quantizer, then the GEMM (never chosen by itself:
                      slower, doc/design.md) */
+    int tile;     /* TMA_PP: 1 the 64 x 256 warpgroup tile, 2 the 128 x
+                     128 one; 0: chosen */
 } smm_gpu_force;
 
 /* Launches so far in this process, per kernel (index: enum

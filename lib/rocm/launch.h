@@ -78,10 +78,11 @@ gpuError_t smm_launch_wgmma(const smm_mm_dims &d, const smm_epi_params &e, gpuSt
 bool smm_have_tma(void);
 gpuError_t smm_launch_tma(const smm_mm_dims &d, const smm_epi_params &e, int sms,
                           gpuStream_t stream, bool *done);
-/* The ping-pong form (stages 4 or 5; 0: chosen); declines azp. */
+/* The ping-pong form (tile 1: 64 x 256 with stages 4 or 5, tile 2: 128 x
+ * 128 with 5 or 6; 0: chosen); declines azp. */
 bool smm_have_tma_pp(void);
 gpuError_t smm_launch_tma_pp(const smm_mm_dims &d, const smm_epi_params &e, int sms, int stages,
-                             gpuStream_t stream, bool *done);
+                             int tile, gpuStream_t stream, bool *done);
 
 /* gemm_decode.hip. smm_decode_plan fills in the decode launch of a
  * problem with M <= 32 and 16-byte aligned rows: d->pdl, d->b_static (the

@@ -265,7 +265,7 @@ static gpuError_t smm_run_rule(const smm_rule &r, const smm_sel &s, const smm_mm
     case SMM_GPU_KERNEL_MMA: return smm_launch_mma(*s.d, e, (smm_mma_form)r.form, stream);
     case SMM_GPU_KERNEL_TMA: return smm_launch_tma(*s.d, e, s.sms, stream, done);
     case SMM_GPU_KERNEL_TMA_PP:
-        return smm_launch_tma_pp(*s.d, e, s.sms, s.f->stages, stream, done);
+        return smm_launch_tma_pp(*s.d, e, s.sms, s.f->stages, s.f->tile, stream, done);
     case SMM_GPU_KERNEL_WGMMA: return smm_launch_wgmma(*s.d, e, stream);
 #endif
     default: *done = false; return gpuSuccess;
