@@ -114,7 +114,10 @@ static void test_quanta(const bench_trust_input *in, bench_trust *out)
                    out->quantum * 1e3, 2.0 * BENCH_TRUST_QUANT_TOL * 100.0);
 }
 
-static void test_load(const bench_trust_input *in, bench_trust *out)
+/* Competition for the CPUs: other processes' load (measured from
+ * /proc/stat, else the load average), the hypervisor's steal, and the
+ * bench's own threads waiting for a CPU. */
+static void test_contention(const bench_trust_input *in, bench_trust *out)
 {
     double other = -1.0;
     const int measured = in->other_cpus >= 0.0;
@@ -151,7 +154,7 @@ void bench_trust_assess(const bench_trust_input *in, bench_trust *out)
     test_spread(in, out);
     if (!in->runs_calibrated)
         test_quanta(in, out);
-    test_load(in, out);
+    test_contention(in, out);
     if (in->probe_min > 0.0 && in->probe_max > 0.0 &&
         (in->probe_max - in->probe_min) / in->probe_max > BENCH_TRUST_SPREAD_MAX)
         add_reason(out, "the bandwidth probe's repetitions range from %.1f to %.1f GB/s",
