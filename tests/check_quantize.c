@@ -140,10 +140,13 @@ END_TEST
  * modes:
  * - static, symmetric and asymmetric, at scales that put many values on
  *   ties, past the int8 range and into subnormal quotients, the asymmetric
- *   ones with zero points that move the clamp, down to both int32 ends;
- * - dynamic, symmetric and asymmetric, on rows that hold every pattern of
- *   the exponents up to a row's own cap (the others 0), so that each row
- *   has its own range.
+ *   ones at each scale with zero points that move the clamp, down to both
+ *   int32 ends;
+ * - dynamic, symmetric and asymmetric, on rows of three kinds, each with
+ *   its own range: every pattern of the exponents up to the row's cap (the
+ *   others 0); the same, non-negative only (zero point -128); every
+ *   pattern of one sign with exponent equal to the cap, the others that
+ *   binade's first value (a narrow one-signed range: large zero points).
  * K = 2^16 + 13, so that the 8-element step and the scalar tail run too.
  * The cpu backend at 1 and 2 threads. */
 static void every_pattern(smm_dtype dt)
@@ -159,11 +162,24 @@ static void every_pattern(smm_dtype dt)
     int32_t zp[64], zpr[64];
     ck_assert(x && q && qr);
     for (int64_t r = 0; r < M; r++) {
-        /* exponent field <= cap (rows >= 3) */
+        /* exponent field vs cap (rows >= 3) */
         const uint32_t cap = f16 ? (uint32_t)(r / 2 - 1) : (uint32_t)(r * 4 - 1);
+        const unsigned mbits = f16 ? 10 : 7;
+        const uint16_t sign = r & 4 ? 0x8000 : 0;
+        const uint16_t first = (uint16_t)(sign | cap << mbits);
         for (int64_t k = 0; k < K; k++) {
-            const uint32_t e = f16 ? ((uint32_t)k >> 10) & 0x1F : ((uint32_t)k >> 7) & 0xFF;
-            x[r * K + k] = r < 3 || e <= cap ? (uint16_t)k : 0;
+            const uint16_t v = (uint16_t)k;
+            const uint32_t e = ((uint32_t)v >> mbits) & (f16 ? 0x1F : 0xFF);
+            uint16_t w;
+            if (r < 3)
+                w = v;
+            else if (r % 3 == 0)
+                w = e <= cap ? v : 0;
+            else if (r % 3 == 1)
+                w = e <= cap && !(v & 0x8000) ? v : 0;
+            else
+                w = e == cap && (v & 0x8000) == sign ? v : first;
+            x[r * K + k] = w;
         }
     }
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 0);
@@ -172,9 +188,11 @@ static void every_pattern(smm_dtype dt)
         for (int mode = 0; mode < 4; mode++) {
             const int dyn = mode >= 2, asym = mode & 1;
             const size_t ns = dyn ? 1 : sizeof scales / sizeof scales[0];
-            for (size_t si = 0; si < ns; si++) {
+            const size_t nz = asym && !dyn ? sizeof zps / sizeof zps[0] : 1;
+            for (size_t c = 0; c < ns * nz; c++) {
+                const size_t si = c / nz;
                 float s1 = scales[si];
-                int32_t z1 = asym ? zps[si % (sizeof zps / sizeof zps[0])] : 0;
+                int32_t z1 = zps[c % nz];
                 smm_quantize_args a = { .m = dyn ? M : 3, .k = K, .x = x, .ldx = K,
                                         .x_dtype = dt, .ldq = K,
                                         .mode = dyn ? SMM_QUANT_DYNAMIC_PER_TOKEN
