@@ -278,7 +278,7 @@ START_TEST(test_random_shapes)
     smm_context *ref = tu_ctx(SMM_BACKEND_REFERENCE, 1);
     smm_context *cpu[3];
     const int ncpu = cpu_contexts(cpu);
-    static const int64_t ms[] = {1, 2, 3, 4, 7, 12, 13, 14, 16, 37, 97, 128};
+    static const int64_t ms[] = {1, 2, 3, 4, 7, 12, 13, 14, 16, 17, 32, 33, 37, 97, 128};
     static const int64_t ks[] = {0, 1, 2, 15, 16, 17, 100, 1000, 1023, 1024, 1025, 1040, 2047, 2048, 2049, 3000};
     for (int it = 0; it < 120; it++) {
         problem p;

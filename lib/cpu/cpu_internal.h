@@ -107,6 +107,7 @@ typedef struct smm_cpu_kernels {
     smm_cpu_pack_fn pack;
     smm_cpu_epilogue_fn epilogue;
     smm_cpu_quantize_fn quantize_rows;
+    int direct_m;       /* gemm.c: M at or below which B is read in place */
 } smm_cpu_kernels;
 
 /* Kernel tables (gemm.c). smm_cpu_kernels_avx2 is NULL when the compiler

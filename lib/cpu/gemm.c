@@ -11,7 +11,7 @@
  *        produce the column sums of B as one more accumulator row)
  *       for each NR columns of the tile:
  *           pack those rows of B (int16)                          -> L1
- *           (M <= SMM_CPU_DIRECT_M: B is read in place, as int8)
+ *           (M <= the level's direct_m: B is read in place, as int8)
  *           for each MR rows: microkernel, adds into the tile's
  *           int32 accumulators (modulo 2^32)
  *   epilogue: accumulators (minus z * colsum) -> scaled output in C
@@ -55,8 +55,14 @@
 #define SMM_CPU_KC 1024
 #define SMM_CPU_MC 96
 #define SMM_CPU_NC 128
-/* M at or below which B is read in place (no packing of B). */
-#define SMM_CPU_DIRECT_M 12
+/* M at or below which B is read in place (no packing of B), per level:
+ * where the packed form's on-the-fly pack of B (its loads stall on
+ * memory) costs more than widening B in every microkernel call. Two Zen 2
+ * cores, Llama-3.1-8B layers: the AVX2 direct form was 10-20% faster at
+ * M = 13-24, 1-5% at 32 and 5% slower at 48; the portable one even at 16
+ * and 7% slower at 32. */
+#define SMM_CPU_DIRECT_M_C 16
+#define SMM_CPU_DIRECT_M_AVX2 32
 /* A packed B's int16 panels are read when C has at least this many row
  * tiles (each panel then serves that many tiles); fewer, and its int8 copy
  * is packed on the fly (see make_plan). 1: always read the panels. */
@@ -260,6 +266,7 @@ const smm_cpu_kernels smm_cpu_kernels_c = {
     pack_c,
     epilogue_c,
     smm_cpu_quantize_rows_c,
+    SMM_CPU_DIRECT_M_C,
 };
 
 #ifdef SMM_HAVE_AVX2_BUILD
@@ -272,6 +279,7 @@ static const smm_cpu_kernels kernels_avx2 = {
     pack_avx2,
     smm_cpu_epilogue_avx2,
     smm_cpu_quantize_rows_avx2,
+    SMM_CPU_DIRECT_M_AVX2,
 };
 const smm_cpu_kernels *const smm_cpu_kernels_avx2 = &kernels_avx2;
 #else
@@ -345,12 +353,12 @@ typedef struct plan {
 } plan;
 
 
-static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads)
+static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads, int direct_m)
 {
     pl->m = p->m;
     pl->n = p->n;
     pl->k = p->k;
-    pl->direct = p->m <= SMM_CPU_DIRECT_M;
+    pl->direct = p->m <= direct_m;
     if (pl->direct) {
         pl->mc = pl->m;
         /* Enough column tiles to keep every thread busy. */
@@ -487,7 +495,7 @@ smm_status smm_cpu_mm(smm_context *ctx, const smm_mm_problem *p)
     const int nthreads = smm_threads(ctx);
 
     plan pl;
-    make_plan(&pl, p, nthreads);
+    make_plan(&pl, p, nthreads, kr->direct_m);
     const mm_job job = {kr, &pl, p};
     const smm_cpu_tiling tiling = {pl.m, pl.n, pl.mc, pl.nc, pl.thread_bytes, 0, NULL, 0, 0};
     return smm_cpu_run_tiles(ctx, p, &tiling, nthreads, mm_tile, &job);
