@@ -222,27 +222,29 @@ SMM_ALWAYS_INLINE void quantize_row(const smm_quantize_args *q, const smm_dtype 
     q->scale[r] = amax / 127.0f;
 }
 
-SMM_ALWAYS_INLINE void quantize_rows_body(const smm_quantize_args *q, int64_t r0, int64_t r1)
-{
-    switch (q->x_dtype) {
-    case SMM_DTYPE_F16:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row(q, SMM_DTYPE_F16, r);
-        break;
-    case SMM_DTYPE_BF16:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row(q, SMM_DTYPE_BF16, r);
-        break;
-    default:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row(q, SMM_DTYPE_F32, r);
-        break;
-    }
-}
+/* Rows r0 .. r1-1 by ROW(q, dt, r), dt a constant in each loop so that
+ * the always-inlined row function is specialized per input type. */
+#define QUANTIZE_ROWS(ROW, q, r0, r1)                                                      \
+    do {                                                                                   \
+        switch ((q)->x_dtype) {                                                            \
+        case SMM_DTYPE_F16:                                                                \
+            for (int64_t r_ = (r0); r_ < (r1); r_++)                                       \
+                ROW((q), SMM_DTYPE_F16, r_);                                               \
+            break;                                                                         \
+        case SMM_DTYPE_BF16:                                                               \
+            for (int64_t r_ = (r0); r_ < (r1); r_++)                                       \
+                ROW((q), SMM_DTYPE_BF16, r_);                                              \
+            break;                                                                         \
+        default:                                                                           \
+            for (int64_t r_ = (r0); r_ < (r1); r_++)                                       \
+                ROW((q), SMM_DTYPE_F32, r_);                                               \
+            break;                                                                         \
+        }                                                                                  \
+    } while (0)
 
 void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1)
 {
-    quantize_rows_body(q, r0, r1);
+    QUANTIZE_ROWS(quantize_row, q, r0, r1);
 }
 
 #ifdef SMM_HAVE_AVX2_BUILD
@@ -453,20 +455,7 @@ VATTR void quantize_row_avx2(const smm_quantize_args *q, const smm_dtype dt, int
 
 SMM_TARGET_AVX2 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1)
 {
-    switch (q->x_dtype) {
-    case SMM_DTYPE_F16:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row_avx2(q, SMM_DTYPE_F16, r);
-        break;
-    case SMM_DTYPE_BF16:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row_avx2(q, SMM_DTYPE_BF16, r);
-        break;
-    default:
-        for (int64_t r = r0; r < r1; r++)
-            quantize_row_avx2(q, SMM_DTYPE_F32, r);
-        break;
-    }
+    QUANTIZE_ROWS(quantize_row_avx2, q, r0, r1);
 }
 #endif
 
