@@ -120,6 +120,14 @@ extern const smm_cpu_kernels *const smm_cpu_kernels_avx2 SMM_INTERNAL;
 void smm_cpu_quantize_rows_c(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
 #ifdef SMM_HAVE_AVX2_BUILD
 void smm_cpu_quantize_rows_avx2(const smm_quantize_args *q, int64_t r0, int64_t r1) SMM_INTERNAL;
+/* ukr_direct_avx2.c: the AVX2 level's microkernels with B read in place,
+ * mr = 1, 2, 3 (smm_cpu_ukr_direct_fn). */
+void smm_cpu_ukr_direct1_avx2(int64_t kc, const int16_t *a, int64_t lda, const int8_t *const *brow,
+                              uint32_t *acc, int64_t ldacc) SMM_INTERNAL;
+void smm_cpu_ukr_direct2_avx2(int64_t kc, const int16_t *a, int64_t lda, const int8_t *const *brow,
+                              uint32_t *acc, int64_t ldacc) SMM_INTERNAL;
+void smm_cpu_ukr_direct3_avx2(int64_t kc, const int16_t *a, int64_t lda, const int8_t *const *brow,
+                              uint32_t *acc, int64_t ldacc) SMM_INTERNAL;
 /* The epilogue of the AVX2 and VNNI levels, in AVX2 + FMA intrinsics
  * (epilogue_avx2.c); the same bits as the portable one. */
 void smm_cpu_epilogue_avx2(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,

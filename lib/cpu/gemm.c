@@ -237,6 +237,13 @@ SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64
                                        const int16_t *b, int64_t ldb, uint32_t *acc,           \
                                        int64_t ldacc)                                          \
     { ukr_packed_body(3, kc, a, lda, b, ldb, acc, ldacc); }                                    \
+    static attr void pack_##sfx(int64_t rows, int64_t cols, const int8_t *src, int64_t lds,    \
+                                int16_t *dst, int64_t ldd)                                     \
+    { pack_body(rows, cols, src, lds, dst, ldd); }
+
+/* The portable level's microkernels with B read in place (the AVX2 level
+ * has its own, ukr_direct_avx2.c). */
+#define SMM_DEFINE_DIRECT_KERNELS(sfx, attr)                                                   \
     static attr void ukr_direct1_##sfx(int64_t kc, const int16_t *a, int64_t lda,              \
                                        const int8_t *const *brow, uint32_t *acc, int64_t ldacc)\
     { ukr_direct_body(1, kc, a, lda, brow, acc, ldacc); }                                      \
@@ -245,12 +252,10 @@ SMM_ALWAYS_INLINE void epilogue_body(const smm_cpu_epilogue *e, int64_t m, int64
     { ukr_direct_body(2, kc, a, lda, brow, acc, ldacc); }                                      \
     static attr void ukr_direct3_##sfx(int64_t kc, const int16_t *a, int64_t lda,              \
                                        const int8_t *const *brow, uint32_t *acc, int64_t ldacc)\
-    { ukr_direct_body(3, kc, a, lda, brow, acc, ldacc); }                                      \
-    static attr void pack_##sfx(int64_t rows, int64_t cols, const int8_t *src, int64_t lds,    \
-                                int16_t *dst, int64_t ldd)                                     \
-    { pack_body(rows, cols, src, lds, dst, ldd); }
+    { ukr_direct_body(3, kc, a, lda, brow, acc, ldacc); }
 
 SMM_DEFINE_KERNELS(c, )
+SMM_DEFINE_DIRECT_KERNELS(c, )
 
 /* The portable epilogue; the AVX2 table uses epilogue_avx2.c's. */
 static void epilogue_c(const smm_cpu_epilogue *e, int64_t m, int64_t j0, int64_t n,
@@ -275,7 +280,7 @@ SMM_DEFINE_KERNELS(avx2, SMM_TARGET_AVX2)
 static const smm_cpu_kernels kernels_avx2 = {
     "avx2",
     {NULL, ukr_packed1_avx2, ukr_packed2_avx2, ukr_packed3_avx2},
-    {NULL, ukr_direct1_avx2, ukr_direct2_avx2, ukr_direct3_avx2},
+    {NULL, smm_cpu_ukr_direct1_avx2, smm_cpu_ukr_direct2_avx2, smm_cpu_ukr_direct3_avx2},
     pack_avx2,
     smm_cpu_epilogue_avx2,
     smm_cpu_quantize_rows_avx2,
