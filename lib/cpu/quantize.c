@@ -21,8 +21,8 @@
  * Their rounding is vroundps's own round-to-nearest-even, their scalar
  * tails use round_even under MXCSR: the two agree because every entry
  * point and worker runs in the contract's environment (lib/fpenv.c).
- * The per-row scalars (scale, zero point, degenerate test) are shared:
- * asym_params and sym_inv below.
+ * The per-row scalars (scale, zero point, degenerate test) and the scalar
+ * extrema loops are shared: asym_params, sym_inv, minmax_keys, amax_key.
  */
 #pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
 
@@ -142,6 +142,35 @@ SMM_ALWAYS_INLINE uint32_t max_key(float v)
     return order_key(v) & ~nan_mask(u);
 }
 
+/* The initial extrema keys of a dynamic asymmetric row: mn from +FLT_MAX,
+ * mx from -FLT_MAX. */
+#define MIN_KEY_INIT order_key(FLT_MAX)
+#define MAX_KEY_INIT order_key(-FLT_MAX)
+
+/* Elements k0 .. K-1 of a row folded into the extrema keys (NaN ignored),
+ * and into the bits of max |x| (NaN mapped to 0): the portable rows, and
+ * the tails of the AVX2 ones. */
+SMM_ALWAYS_INLINE void minmax_keys(const void *x, smm_dtype dt, int64_t k0, int64_t K,
+                                   uint32_t *kmn, uint32_t *kmx)
+{
+    uint32_t mn = *kmn, mx = *kmx;
+    for (int64_t k = k0; k < K; k++) {
+        const float v = load_x(x, dt, k);
+        mn = u32_min(mn, min_key(v));
+        mx = u32_max(mx, max_key(v));
+    }
+    *kmn = mn;
+    *kmx = mx;
+}
+
+SMM_ALWAYS_INLINE uint32_t amax_key(const void *x, smm_dtype dt, int64_t k0, int64_t K,
+                                    uint32_t amax_bits)
+{
+    for (int64_t k = k0; k < K; k++)
+        amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
+    return amax_bits;
+}
+
 /* A dynamic asymmetric row's scale s, fl(1/s) and zero point from its
  * extrema (NaN ignored); 0 for a degenerate row (s not a positive finite
  * number, or 1/s overflows), which then takes the symmetric formula with
@@ -188,26 +217,14 @@ SMM_ALWAYS_INLINE void quantize_row(const smm_quantize_args *q, const smm_dtype 
         return;
     }
 
-    /* Dynamic per token. amax = max |x| from +0: on the bits of |x| (the
-     * order of non-negative floats), NaN mapped to 0. */
-    uint32_t amax_bits = 0;
-    int64_t k;
-    for (k = 0; k < K; k++)
-        amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
-    const float amax = smm_cpu_bits_f32(amax_bits);
-
+    /* Dynamic per token. */
     if (q->azp) {
-        /* mn from +FLT_MAX, mx from -FLT_MAX, NaN ignored. */
-        uint32_t kmn = order_key(FLT_MAX), kmx = order_key(-FLT_MAX);
-        for (k = 0; k < K; k++) {
-            const float v = load_x(x, dt, k);
-            kmn = u32_min(kmn, min_key(v));
-            kmx = u32_max(kmx, max_key(v));
-        }
+        uint32_t kmn = MIN_KEY_INIT, kmx = MAX_KEY_INIT;
+        minmax_keys(x, dt, 0, K, &kmn, &kmx);
         float s, inv;
         int32_t z;
         if (asym_params(kmn, kmx, &s, &inv, &z)) {
-            for (k = 0; k < K; k++)
+            for (int64_t k = 0; k < K; k++)
                 out[k] = asym_q(load_x(x, dt, k), inv, z);
             q->scale[r] = s;
             q->azp[r] = z;
@@ -216,8 +233,11 @@ SMM_ALWAYS_INLINE void quantize_row(const smm_quantize_args *q, const smm_dtype 
         /* Degenerate row: the symmetric formula, zero point 0. */
         q->azp[r] = 0;
     }
+    /* amax = max |x| from +0: on the bits of |x| (the order of
+     * non-negative floats), NaN mapped to 0. */
+    const float amax = smm_cpu_bits_f32(amax_key(x, dt, 0, K, 0));
     const float inv = sym_inv(amax);
-    for (k = 0; k < K; k++)
+    for (int64_t k = 0; k < K; k++)
         out[k] = rne_sat_i8(load_x(x, dt, k) * inv);
     q->scale[r] = amax / 127.0f;
 }
@@ -414,8 +434,7 @@ VATTR void quantize_row_avx2(const smm_quantize_args *q, const smm_dtype dt, int
         return;
     }
     if (q->azp) {
-        /* mn from +FLT_MAX, mx from -FLT_MAX, NaN ignored. */
-        uint32_t kmn = order_key(FLT_MAX), kmx = order_key(-FLT_MAX);
+        uint32_t kmn = MIN_KEY_INIT, kmx = MAX_KEY_INIT;
         __m256i vmn = _mm256_set1_epi32((int)kmn), vmx = _mm256_set1_epi32((int)kmx);
         for (k = 0; k + 8 <= K; k += 8) {
             const __m256i u = _mm256_castps_si256(load8(x, dt, k));
@@ -425,11 +444,7 @@ VATTR void quantize_row_avx2(const smm_quantize_args *q, const smm_dtype dt, int
         }
         kmn = u32_min(kmn, hmin8(vmn));
         kmx = u32_max(kmx, hmax8(vmx));
-        for (; k < K; k++) {
-            const float v = load_x(x, dt, k);
-            kmn = u32_min(kmn, min_key(v));
-            kmx = u32_max(kmx, max_key(v));
-        }
+        minmax_keys(x, dt, k, K, &kmn, &kmx);
         float s, inv;
         int32_t z;
         if (asym_params(kmn, kmx, &s, &inv, &z)) {
@@ -445,10 +460,7 @@ VATTR void quantize_row_avx2(const smm_quantize_args *q, const smm_dtype dt, int
     __m256i m = _mm256_setzero_si256();
     for (k = 0; k + 8 <= K; k += 8)
         m = _mm256_max_epu32(m, abs_key8(load8(x, dt, k)));
-    uint32_t amax_bits = hmax8(m);
-    for (; k < K; k++)
-        amax_bits = u32_max(amax_bits, abs_key(load_x(x, dt, k)));
-    const float amax = smm_cpu_bits_f32(amax_bits);
+    const float amax = smm_cpu_bits_f32(amax_key(x, dt, k, K, hmax8(m)));
     row8(x, dt, K, QMUL, sym_inv(amax), 0, out);
     q->scale[r] = amax / 127.0f;
 }
