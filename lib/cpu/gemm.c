@@ -57,10 +57,8 @@
 #define SMM_CPU_NC 128
 /* M at or below which B is read in place (no packing of B), per level:
  * where the packed form's on-the-fly pack of B (its loads stall on
- * memory) costs more than widening B in every microkernel call. Two Zen 2
- * cores, Llama-3.1-8B layers: the AVX2 direct form was 10-20% faster at
- * M = 13-24, 1-5% at 32 and 5% slower at 48; the portable one even at 16
- * and 7% slower at 32. */
+ * memory) costs more than widening B in every microkernel call
+ * (doc/design.md, the avx2 level on Zen 2). */
 #define SMM_CPU_DIRECT_M_C 16
 #define SMM_CPU_DIRECT_M_AVX2 32
 /* A packed B's int16 panels are read when C has at least this many row

@@ -4,12 +4,12 @@
  * int16 A against 4 int8 rows of B, 16 k a step in AVX2 intrinsics.
  *
  * Per step each B row is loaded once and widened (vpmovsxbw), then
- * multiplied with each row of A (vpmaddwd, A read from L1 as a memory
- * operand) and summed into that pair's 8 int32 lanes (vpaddd): 12
- * accumulators, one B vector and one product in registers. gcc's
- * vectorized form of gemm.c's portable body spilled 8 of its 12
- * accumulators and loaded each B vector twice. The next B lines are
- * prefetched, since small M reads B from memory in this kernel alone.
+ * multiplied with each row of A (vpmaddwd, A read as a memory operand:
+ * from L2 for the first B row, L1 for the other three) and summed into
+ * that pair's 8 int32 lanes (vpaddd): 12 accumulators, one B vector and
+ * one product in registers, so nothing spills (doc/design.md). The next
+ * B lines are prefetched, since small M reads B from memory in this
+ * kernel alone.
  *
  * Exactness as the portable kernel: each lane sums at most kc / 8 products
  * of int8 values (|a * b| <= 2^14), kc <= 131071, so no lane and no total
