@@ -23,6 +23,7 @@
 
 #ifdef SMM_HAVE_AVX2_BUILD
 #include <immintrin.h>
+#include <stdint.h>
 
 /* Bytes ahead of the current k at which B's rows are prefetched. */
 #ifndef SMM_CPU_DIRECT_PREFETCH
@@ -79,7 +80,11 @@ VATTR void direct_body(const int mr, int64_t kc, const int16_t *a, int64_t lda,
     for (; k + 16 <= kc; k += 16) {
         if ((k & 63) == 0)
             for (int j = 0; j < SMM_CPU_NR; j++)
-                _mm_prefetch((const char *)(brow[j] + k + SMM_CPU_DIRECT_PREFETCH), _MM_HINT_T0);
+                /* The address may lie past the row's end: formed as an
+                 * integer, since a pointer there would be out of its object.
+                 * A prefetch never faults. */
+                _mm_prefetch((const char *)((uintptr_t)(brow[j] + k) + SMM_CPU_DIRECT_PREFETCH),
+                             _MM_HINT_T0);
         DIRECT_STEP(0, c00, c10, c20);
         DIRECT_STEP(1, c01, c11, c21);
         DIRECT_STEP(2, c02, c12, c22);
