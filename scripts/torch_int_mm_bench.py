@@ -22,6 +22,19 @@ Ops (--ops, the `op` column):
              dense peak on Hopper (use_fast_accum=False).
   fp8_fast   the same with use_fast_accum=True (Hopper's faster fp8
              accumulation, less accurate).
+  smm        scaledmm's torch op scaled_mm(A, B, scale_a [M], scale_b [N],
+             bfloat16, out=C) (smm_scaled_mm, B int8 N x K as is): the
+             int8 counterpart of fp8 (needs the scaledmm Python package
+             with its cuda backend).
+  smm_packed the same on B packed once per copy with scaledmm.torch.pack_b
+             (scaled_mm_packed): what the vLLM plugin runs.
+  smm_linear scaledmm.torch.linear_packed(X, B packed, scale_b, bfloat16):
+             bf16 activations X quantized dynamically per token, then the
+             GEMM (smm_linear): the whole layer.
+  Each smm point is verified: the result of the first weight copy (and,
+  for smm_linear, its int8 activations and scales), written into outputs
+  filled with NaN first, equals bit for bit the same op on CPU tensors
+  (the library's cpu backend); the `verify` column says ok or MISMATCH.
 
 Timing: CUDA events around L launches back to back, after a warm-up; one
 sample = elapsed / L; the median of --repeats samples is reported. L is
@@ -66,7 +79,8 @@ MODELS = {
         ("down", 16384, 13312),
     ),
 }
-OPS = ("int_mm", "fp8", "fp8_fast")
+OPS = ("int_mm", "fp8", "fp8_fast", "smm", "smm_packed", "smm_linear")
+SMM_OPS = ("smm", "smm_packed", "smm_linear")
 MIN_M_INT_MM = 17          # torch._int_mm on CUDA: M > 16
 MIN_LAUNCHES = 3
 MAX_LAUNCHES = 2000
@@ -165,8 +179,22 @@ class Point:
         self.torch = torch
         self.op = op
         self.copies = rotate_bytes // (n * k) + 1
-        w0 = torch.randint(-127, 128, (n, k), dtype=torch.int8, device=dev)
-        a = torch.randint(-127, 128, (m_run, k), dtype=torch.int8, device=dev)
+        w0 = torch.randint(-128, 128, (n, k), dtype=torch.int8, device=dev)
+        a = torch.randint(-128, 128, (m_run, k), dtype=torch.int8, device=dev)
+        if op in SMM_OPS:
+            smt = self.smt = smm_torch()
+            self.scale_a = torch.rand(m_run, dtype=torch.float32, device=dev) + 0.5
+            self.scale_b = (torch.rand(n, dtype=torch.float32, device=dev) + 0.5) / 64
+            self.x = torch.randn((m_run, k), dtype=torch.bfloat16, device=dev)
+            self.w = [w0] + [w0.clone() for _ in range(self.copies - 1)]
+            if op != "smm":
+                self.w = [smt.pack_b(w) for w in self.w]
+            self.a = a
+            self.c = torch.empty((m_run, n), dtype=torch.bfloat16, device=dev)
+            self.w0 = w0
+            self.next = 0
+            self.launch(1)
+            return
         if op != "int_mm":
             # values of int8 range, exact in e4m3 up to 16, scaled to a
             # normal spread; the timing does not depend on the values
@@ -194,7 +222,15 @@ class Point:
         torch = self.torch
         for _ in range(count):
             w = self.w[self.next]
-            if self.op == "int_mm":
+            if self.op == "smm":
+                self.smt.scaled_mm(self.a, w, self.scale_a, self.scale_b, torch.bfloat16,
+                                   out=self.c)
+            elif self.op == "smm_packed":
+                self.smt.scaled_mm_packed(self.a, w, self.scale_a, self.scale_b,
+                                          torch.bfloat16, out=self.c)
+            elif self.op == "smm_linear":
+                self.smt.linear_packed(self.x, w, self.scale_b, torch.bfloat16)
+            elif self.op == "int_mm":
                 if self.use_out:
                     torch._int_mm(self.a, w.t(), out=self.c)
                 else:
@@ -205,8 +241,52 @@ class Point:
                                  use_fast_accum=self.op == "fp8_fast")
             self.next = (self.next + 1) % self.copies
 
+    def verify(self):
+        """'ok' when the first weight copy's result on the GPU equals, bit
+        for bit, the same op on CPU tensors (scaledmm's cpu backend);
+        'MISMATCH' otherwise; '' for the torch ops."""
+        if self.op not in SMM_OPS:
+            return ""
+        torch, smt = self.torch, self.smt
+        cpu = lambda t: t.cpu()                                   # noqa: E731
+        bits = lambda t: t.contiguous().view(torch.int16) if t.dtype in (  # noqa: E731
+            torch.bfloat16, torch.float16) else t
+        nan_out = torch.full_like(self.c, float("nan"))
+        if self.op == "smm_linear":
+            got = smt.linear_packed(self.x, self.w[0], self.scale_b, torch.bfloat16)[:3]
+            want = smt.linear_packed(cpu(self.x), smt.pack_b(cpu(self.w0)),
+                                     cpu(self.scale_b), torch.bfloat16)[:3]
+        else:
+            call = smt.scaled_mm if self.op == "smm" else smt.scaled_mm_packed
+            got = (call(self.a, self.w[0], self.scale_a, self.scale_b, torch.bfloat16,
+                        out=nan_out),)
+            want = (smt.scaled_mm(cpu(self.a), cpu(self.w0), cpu(self.scale_a),
+                                  cpu(self.scale_b), torch.bfloat16),)
+        torch.cuda.synchronize()
+        same = all(torch.equal(bits(cpu(g)), bits(w)) for g, w in zip(got, want))
+        return "ok" if same else "MISMATCH"
+
     def free(self):
         del self.w, self.a, self.c
+
+
+_SMT = None
+
+
+def smm_torch():
+    """scaledmm.torch (imported on first use: it builds the torch ops)."""
+    global _SMT
+    if _SMT is None:
+        try:
+            import scaledmm
+            import scaledmm.torch as smt
+        except ImportError as e:
+            raise RuntimeError("the smm ops need the scaledmm Python package: %s" % e) from e
+        cuda = scaledmm.info()["backends"]["cuda"]
+        if not cuda["available"]:
+            raise RuntimeError("scaledmm's cuda backend cannot run: %s" % cuda["reason"])
+        _SMT = smt
+    return _SMT
 
 
 def time_eager(torch, pt, launches, repeats):
@@ -284,8 +364,10 @@ def main(argv):
     meta("timed", "int_mm: torch._int_mm(A, B.t(), out=C): int8 M x K by int8 N x K -> "
          "int32 M x N, cuBLASLt, no epilogue; fp8 / fp8_fast: torch._scaled_mm(A, B.t(), "
          "scale_a [M,1], scale_b [1,N], out_dtype=bfloat16, use_fast_accum=False / True), "
-         "e4m3 x e4m3; CUDA events around L launches, one sample = elapsed / L, median of "
-         "the samples")
+         "e4m3 x e4m3; smm / smm_packed: scaledmm scaled_mm(A, B or pack_b(B), scale_a [M], "
+         "scale_b [N], bfloat16, out=C), int8 x int8; smm_linear: scaledmm linear_packed(X "
+         "bf16, pack_b(B), scale_b, bfloat16), dynamic per-token quantization + GEMM; CUDA "
+         "events around L launches, one sample = elapsed / L, median of the samples")
     meta("runs", f"{args.repeats} samples per point, each of about {args.target_ms} ms")
     meta("rotation", f"weights rotate over copies totalling > {args.rotate_mib} MiB")
     meta("modes", "eager: launched from Python; graph: the L launches replayed "
@@ -297,7 +379,7 @@ def main(argv):
     meta("device_copy", f"{copy_gbps:.1f} GB/s; device-to-device copy of "
          f"{copy_bytes >> 20} MiB, bytes read + written, median of 5 samples of 4 copies")
 
-    print("model,op,layer,M,N,K,m_run,mode,launches,ms,TOPS,weight_GBps,pct_copy_bw",
+    print("model,op,layer,M,N,K,m_run,mode,launches,ms,TOPS,weight_GBps,pct_copy_bw,verify",
           flush=True)
     rotate_bytes = args.rotate_mib << 20
     points = [(model, op, layer, n, k, m) for model in args.models
@@ -310,6 +392,11 @@ def main(argv):
         try:
             pt = Point(torch, dev, op, n, k, m_run, rotate_bytes)
             launches = calibrate(torch, pt, args.target_ms)
+            verdict = pt.verify()
+            if verdict == "MISMATCH":
+                note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m}: the GPU result "
+                     "differs from the CPU backend's")
+                status = 1
             for mode in modes:
                 try:
                     if mode == "eager":
@@ -325,7 +412,7 @@ def main(argv):
                 gbps = n * k / sec * 1e-9
                 pct = f"{gbps / copy_gbps * 100.0:.1f}" if m <= SMALL_M else ""
                 print(f"{model},{op},{layer},{m},{n},{k},{m_run},{mode},{launches},"
-                      f"{ms:.5f},{tops:.2f},{gbps:.1f},{pct}", flush=True)
+                      f"{ms:.5f},{tops:.2f},{gbps:.1f},{pct},{verdict}", flush=True)
         except RuntimeError as e:
             note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m}: {e}")
             status = 1
