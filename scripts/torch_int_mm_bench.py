@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""torch_int_mm_bench.py - times PyTorch's int8 and fp8 matmuls on the Llama-3.1 layers.
+"""torch_int_mm_bench.py - times PyTorch's int8 and fp8 matmuls, and scaledmm's
+torch ops beside them, on the Llama-3.1 layers.
 
 The baselines of `scaledmm bench --backend cuda` (doc/performance.md), on
 the layer shapes `scaledmm bench --model` knows (tools/models.c): Llama-3.1-8B
@@ -31,10 +32,15 @@ Ops (--ops, the `op` column):
   smm_linear scaledmm.torch.linear_packed(X, B packed, scale_b, bfloat16):
              bf16 activations X quantized dynamically per token, then the
              GEMM (smm_linear): the whole layer.
-  Each smm point is verified: the result of the first weight copy (and,
-  for smm_linear, its int8 activations and scales), written into outputs
-  filled with NaN first, equals bit for bit the same op on CPU tensors
-  (the library's cpu backend); the `verify` column says ok or MISMATCH.
+  Each smm row is verified after its timing: the outputs are poisoned
+  (NaN in the floats, 0x7f in the int8), the timed form runs once more
+  (a launch from Python, or a replay of the timed CUDA graph) and its
+  outputs (for smm_linear also the int8 activations and their scales)
+  must equal bit for bit the same op on CPU tensors (the library's cpu
+  backend). In eager mode smm_linear allocates its outputs per call, so a
+  decoy launch on other activations first leaves wrong values in the
+  memory the checked launch may be given. The `verify` column says ok or
+  MISMATCH (empty for the torch ops); a mismatch makes the exit status 1.
 
 Timing: CUDA events around L launches back to back, after a warm-up; one
 sample = elapsed / L; the median of --repeats samples is reported. L is
@@ -50,11 +56,16 @@ copy of a large buffer (1 GiB), (bytes read + bytes written) / time, median
 of 5 samples of 4 copies. pct_copy_bw = weight bytes (N*K) / time / copy
 bandwidth * 100, given for M <= 32.
 
-Output: CSV on stdout (one row per layer, M and mode), metadata as
-'# key: value' lines and progress on stderr.
+Output: CSV on stdout (one row per layer, op, M and mode: the columns
+model, op, layer, M, N, K, m_run, mode, launches, ms, TOPS, weight_GBps,
+pct_copy_bw, verify), metadata as '# key: value' lines and progress on
+stderr. Exit status 0, 1 when a point failed or mismatched, 2 when it
+cannot run (no torch, no CUDA device, the smm ops asked for but scaledmm
+or its cuda backend missing).
 
 Usage: python3 scripts/torch_int_mm_bench.py [--m 1,16,32,2048,4096,8192]
-           [--model llama-3.1-8b|llama-3.1-405b-tp4|all] [--ops int_mm,fp8,fp8_fast]
+           [--model llama-3.1-8b|llama-3.1-405b-tp4|all]
+           [--ops int_mm,fp8,fp8_fast,smm,smm_packed,smm_linear]
            [--repeats 10] [--target-ms 20] [--rotate-mib 256] [--mode both]
            [--device 0] [--seed 0] > torch_int_mm.csv
 """
@@ -97,9 +108,10 @@ def meta(key, value):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="Time torch._int_mm (int8 x int8 -> int32, cuBLASLt) and "
-                    "torch._scaled_mm (fp8 rowwise, bf16 out) on the Llama-3.1 layer "
-                    "shapes; CSV on stdout.")
+        description="Time torch._int_mm (int8 x int8 -> int32, cuBLASLt), "
+                    "torch._scaled_mm (fp8 rowwise, bf16 out) and scaledmm's torch ops "
+                    "(int8, verified bit for bit) on the Llama-3.1 layer shapes; CSV on "
+                    "stdout.")
     p.add_argument("--m", default="1,16,32,2048,4096,8192",
                    help="comma-separated token counts (default %(default)s)")
     p.add_argument("--model", default="llama-3.1-8b",
@@ -193,6 +205,8 @@ class Point:
             self.c = torch.empty((m_run, n), dtype=torch.bfloat16, device=dev)
             self.w0 = w0
             self.next = 0
+            self.ref = None
+            self.last = None
             self.launch(1)
             return
         if op != "int_mm":
@@ -229,7 +243,7 @@ class Point:
                 self.smt.scaled_mm_packed(self.a, w, self.scale_a, self.scale_b,
                                           torch.bfloat16, out=self.c)
             elif self.op == "smm_linear":
-                self.smt.linear_packed(self.x, w, self.scale_b, torch.bfloat16)
+                self.last = self.smt.linear_packed(self.x, w, self.scale_b, torch.bfloat16)[:3]
             elif self.op == "int_mm":
                 if self.use_out:
                     torch._int_mm(self.a, w.t(), out=self.c)
@@ -241,30 +255,57 @@ class Point:
                                  use_fast_accum=self.op == "fp8_fast")
             self.next = (self.next + 1) % self.copies
 
-    def verify(self):
-        """'ok' when the first weight copy's result on the GPU equals, bit
-        for bit, the same op on CPU tensors (scaledmm's cpu backend);
-        'MISMATCH' otherwise; '' for the torch ops."""
+    def reference(self):
+        """The same op on CPU tensors (scaledmm's cpu backend): (out,) or, for
+        smm_linear, (out, q, scale); every weight copy is a clone of the
+        first, so one reference serves every launch."""
+        if self.ref is None:
+            torch, smt = self.torch, self.smt
+            if self.op == "smm_linear":
+                self.ref = smt.linear_packed(self.x.cpu(), smt.pack_b(self.w0.cpu()),
+                                             self.scale_b.cpu(), torch.bfloat16)[:3]
+            else:
+                self.ref = (smt.scaled_mm(self.a.cpu(), self.w0.cpu(), self.scale_a.cpu(),
+                                          self.scale_b.cpu(), torch.bfloat16),)
+        return self.ref
+
+    def outputs(self):
+        """The outputs of the latest launch."""
+        return self.last if self.op == "smm_linear" else (self.c,)
+
+    def poison(self):
+        """Fills the latest launch's outputs with values no correct launch
+        leaves there (NaN in the floats, 0x7f bytes in the int8)."""
+        for t in self.outputs():
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+            else:
+                t.fill_(0x7F)
+
+    def check(self, relaunch):
+        """'ok' when the outputs that relaunch() writes (the timed form: a
+        launch from Python, or a replay of the timed CUDA graph) equal the
+        CPU reference bit for bit, 'MISMATCH' otherwise, '' for the torch
+        ops. The outputs are poisoned first; in eager mode smm_linear
+        allocates its outputs per call, so a decoy launch on other
+        activations first leaves wrong values in the blocks the checked
+        launch may be given."""
         if self.op not in SMM_OPS:
             return ""
-        torch, smt = self.torch, self.smt
-        cpu = lambda t: t.cpu()                                   # noqa: E731
-        bits = lambda t: t.contiguous().view(torch.int16) if t.dtype in (  # noqa: E731
-            torch.bfloat16, torch.float16) else t
-        nan_out = torch.full_like(self.c, float("nan"))
-        if self.op == "smm_linear":
-            got = smt.linear_packed(self.x, self.w[0], self.scale_b, torch.bfloat16)[:3]
-            want = smt.linear_packed(cpu(self.x), smt.pack_b(cpu(self.w0)),
-                                     cpu(self.scale_b), torch.bfloat16)[:3]
-        else:
-            call = smt.scaled_mm if self.op == "smm" else smt.scaled_mm_packed
-            got = (call(self.a, self.w[0], self.scale_a, self.scale_b, torch.bfloat16,
-                        out=nan_out),)
-            want = (smt.scaled_mm(cpu(self.a), cpu(self.w0), cpu(self.scale_a),
-                                  cpu(self.scale_b), torch.bfloat16),)
+        torch = self.torch
+        want = self.reference()
+        self.poison()
+        if self.op == "smm_linear" and relaunch is None:
+            x = self.x
+            self.x = -x
+            self.last = None
+            self.launch(1)
+            self.last = None
+            self.x = x
+        (relaunch or (lambda: self.launch(1)))()
         torch.cuda.synchronize()
-        same = all(torch.equal(bits(cpu(g)), bits(w)) for g, w in zip(got, want))
-        return "ok" if same else "MISMATCH"
+        return "ok" if all(same_bits(torch, g.cpu(), w)
+                           for g, w in zip(self.outputs(), want)) else "MISMATCH"
 
     def free(self):
         del self.w, self.a, self.c
@@ -273,18 +314,34 @@ class Point:
 _SMT = None
 
 
+def same_bits(torch, got, want):
+    """Equal dtypes, shapes and bits (floats compared as integers of their
+    width, so that -0.0 differs from +0.0 and NaNs are compared exactly)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    view = {torch.bfloat16: torch.int16, torch.float16: torch.int16,
+            torch.float32: torch.int32}.get(got.dtype)
+    if view is not None:
+        got, want = got.contiguous().view(view), want.contiguous().view(view)
+    return torch.equal(got, want)
+
+
 def smm_torch():
     """scaledmm.torch (imported on first use: it builds the torch ops)."""
     global _SMT
     if _SMT is None:
         try:
             import scaledmm
-            import scaledmm.torch as smt
         except ImportError as e:
             raise RuntimeError("the smm ops need the scaledmm Python package: %s" % e) from e
         cuda = scaledmm.info()["backends"]["cuda"]
         if not cuda["available"]:
             raise RuntimeError("scaledmm's cuda backend cannot run: %s" % cuda["reason"])
+        try:
+            import scaledmm.torch as smt
+        except Exception as e:          # noqa: BLE001 (building or loading the ops)
+            raise RuntimeError("scaledmm's torch ops cannot be loaded: %s: %s"
+                               % (type(e).__name__, e)) from e
         _SMT = smt
     return _SMT
 
@@ -303,6 +360,7 @@ def time_eager(torch, pt, launches, repeats):
 
 
 def time_graph(torch, pt, launches, repeats):
+    """(ms per launch, the check of one more replay's outputs)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -323,8 +381,9 @@ def time_graph(torch, pt, launches, repeats):
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) / launches)
+    verdict = pt.check(graph.replay)
     del graph
-    return statistics.median(samples)
+    return statistics.median(samples), verdict
 
 
 def calibrate(torch, pt, target_ms):
@@ -374,6 +433,12 @@ def main(argv):
          "from one CUDA graph")
     meta("seed", args.seed)
 
+    if any(op in SMM_OPS for op in args.op_list):
+        try:
+            smm_torch()
+        except Exception as e:          # noqa: BLE001 (an import can fail many ways)
+            note(f"torch_int_mm_bench.py: {e}")
+            return 2
     note("measuring the device's copy bandwidth ...")
     copy_gbps, copy_bytes = copy_bandwidth(torch, dev)
     meta("device_copy", f"{copy_gbps:.1f} GB/s; device-to-device copy of "
@@ -392,21 +457,21 @@ def main(argv):
         try:
             pt = Point(torch, dev, op, n, k, m_run, rotate_bytes)
             launches = calibrate(torch, pt, args.target_ms)
-            verdict = pt.verify()
-            if verdict == "MISMATCH":
-                note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m}: the GPU result "
-                     "differs from the CPU backend's")
-                status = 1
             for mode in modes:
                 try:
                     if mode == "eager":
                         ms = time_eager(torch, pt, launches, args.repeats)
+                        verdict = pt.check(None)
                     else:
-                        ms = time_graph(torch, pt, launches, args.repeats)
+                        ms, verdict = time_graph(torch, pt, launches, args.repeats)
                 except RuntimeError as e:
                     note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m} {mode}: {e}")
                     status = 1
                     continue
+                if verdict == "MISMATCH":
+                    note(f"torch_int_mm_bench.py: {model} {op} {layer} M={m} {mode}: the GPU "
+                         "result differs from the CPU backend's")
+                    status = 1
                 sec = ms * 1e-3
                 tops = 2.0 * m * n * k / sec * 1e-12
                 gbps = n * k / sec * 1e-9
