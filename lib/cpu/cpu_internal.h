@@ -69,6 +69,13 @@ typedef void (*smm_cpu_ukr_direct_fn)(int64_t kc, const int16_t *a, int64_t lda,
                                       const int8_t *const *brow,
                                       uint32_t *acc, int64_t ldacc);
 
+/* Bytes ahead of the current k at which the direct microkernels prefetch
+ * B's rows; the driver asks for the next column group's first bytes as
+ * far ahead (gemm.c, doc/design.md). */
+#ifndef SMM_CPU_DIRECT_PREFETCH
+#define SMM_CPU_DIRECT_PREFETCH 256
+#endif
+
 /* Widens rows x cols int8 (leading dimension lds) to int16 rows of ldd
  * elements, zero-filling columns cols..ldd-1. */
 typedef void (*smm_cpu_pack_fn)(int64_t rows, int64_t cols, const int8_t *src, int64_t lds,

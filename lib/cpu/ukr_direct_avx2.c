@@ -25,11 +25,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-/* Bytes ahead of the current k at which B's rows are prefetched. */
-#ifndef SMM_CPU_DIRECT_PREFETCH
-#define SMM_CPU_DIRECT_PREFETCH 256
-#endif
-
 #define VATTR static inline __attribute__((always_inline, target("avx2,fma")))
 
 VATTR int32_t hsum8(__m256i v)
