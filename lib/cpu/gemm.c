@@ -403,24 +403,19 @@ static void make_plan(plan *pl, const smm_mm_problem *p, int nthreads, int direc
                        align64(pl->acc_elems * sizeof(uint32_t));
 }
 
-/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C. */
 /* Asks for the first `bytes` of `rows` rows of B (ldb apart) in L1. The
  * direct microkernels prefetch each of their rows a fixed distance ahead
  * of k, so a column group's first bytes would be requested only once the
  * kernel starts on it; asked for while the group before runs, the stream
- * does not stall at the switch (M = 1 on Zen 2: 3-10% faster, the
- * shorter the rows the more; doc/design.md). */
+ * does not stall at the switch (doc/design.md). */
 static void prefetch_rows(const int8_t *b, int64_t ldb, int64_t rows, int64_t bytes)
 {
-#if defined(__GNUC__) || defined(__clang__)
     for (int64_t j = 0; j < rows; j++)
         for (int64_t o = 0; o < bytes; o += 64)
             __builtin_prefetch(b + j * ldb + o, 0, 3);
-#else
-    (void)b, (void)ldb, (void)rows, (void)bytes;
-#endif
 }
 
+/* One tile: rows i0 .. i0+mt-1, columns j0 .. j0+nt-1 of C. */
 static void run_tile(const smm_cpu_kernels *kr, const plan *pl, const smm_mm_problem *p,
                      const smm_cpu_epilogue *epi, unsigned char *scratch,
                      int64_t i0, int64_t mt, int64_t j0, int64_t nt)
