@@ -194,22 +194,12 @@ class Point:
         w0 = torch.randint(-128, 128, (n, k), dtype=torch.int8, device=dev)
         a = torch.randint(-128, 128, (m_run, k), dtype=torch.int8, device=dev)
         if op in SMM_OPS:
-            smt = self.smt = smm_torch()
+            self.smt = smm_torch()
+            self.w0 = w0                   # the CPU reference's weight
             self.scale_a = torch.rand(m_run, dtype=torch.float32, device=dev) + 0.5
             self.scale_b = (torch.rand(n, dtype=torch.float32, device=dev) + 0.5) / 64
             self.x = torch.randn((m_run, k), dtype=torch.bfloat16, device=dev)
-            self.w = [w0] + [w0.clone() for _ in range(self.copies - 1)]
-            if op != "smm":
-                self.w = [smt.pack_b(w) for w in self.w]
-            self.a = a
-            self.c = torch.empty((m_run, n), dtype=torch.bfloat16, device=dev)
-            self.w0 = w0
-            self.next = 0
-            self.ref = None
-            self.last = None
-            self.launch(1)
-            return
-        if op != "int_mm":
+        elif op != "int_mm":
             # values of int8 range, exact in e4m3 up to 16, scaled to a
             # normal spread; the timing does not depend on the values
             w0 = (w0.to(torch.float32) / 16).to(torch.float8_e4m3fn)
@@ -217,9 +207,14 @@ class Point:
             self.scale_a = torch.rand((m_run, 1), dtype=torch.float32, device=dev) + 0.5
             self.scale_b = torch.rand((1, n), dtype=torch.float32, device=dev) + 0.5
         self.w = [w0] + [w0.clone() for _ in range(self.copies - 1)]
+        if op in ("smm_packed", "smm_linear"):
+            self.w = [self.smt.pack_b(w) for w in self.w]
         self.a = a
-        self.c = torch.empty((m_run, n), dtype=torch.int32, device=dev)
+        self.c = torch.empty((m_run, n), device=dev,
+                             dtype=torch.bfloat16 if op in SMM_OPS else torch.int32)
         self.next = 0
+        self.ref = None
+        self.last = None
         self.use_out = False
         if op == "int_mm":
             # The out= form saves an allocation per call; fall back to the
