@@ -29,6 +29,7 @@
  *   build-cuda/gpu-tune --decode-sweep   # every decode variant, weight GB/s
  *   build-cuda/gpu-tune --launch-cost [raw] [quick]
  *   build-cuda/gpu-tune --layer-cost [405b]  # the decode layer: stream and graph
+ *   build-cuda/gpu-tune --layer-trace        # its per-block timeline (trace build)
  *   build-cuda/gpu-tune --ring-sweep [405b]  # ring decode: clusters x slots
  *   build-cuda/gpu-tune --large-sweep [405b]  # large M: TMA, ping-pong
  *   ncu build-cuda/gpu-tune --decode-one 16 4096 4096 [KERNEL]
@@ -69,6 +70,16 @@
  *                   alone, each as 1000 stream launches and as a CUDA
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
+ *                   Column ring: the layer with the ring decode kernel
+ *                   forced (0: it could not run).
+ *   --layer-trace   needs the plugin built with -DSMM_GPU_TRACE (make -C
+ *                   build-cuda/lib GPU_CPPFLAGS="-Iinclude -Ilib
+ *                   -Ilib/rocm -DSMM_GPU_TRACE", paths from the source
+ *                   tree; lib/rocm/trace.h): the 8B qkv, o and down layers
+ *                   at M = 1, 16, 32, GEMM alone and layer, one CUDA-graph
+ *                   replay traced; when the quantizer's and the GEMM's
+ *                   blocks start, pass their waits and end, in us after
+ *                   the previous GEMM's last block ended (medians).
  *   --ring-sweep    the ring decode kernel with 1, 2, 3, 4 cluster blocks
  *                   and 4, 6, 8 slots against the automatic choice and the
  *                   mma.sync decode kernel, M = 1, 2, 4, 8, 16, 32 on the
@@ -108,6 +119,8 @@
 #include "scaledmm.h"
 #define SMM_GPU_FORCE_ONLY
 #include "kernels.h"
+
+#define SMM_TRACE_QUANT_KIND 1 /* lib/rocm/trace.h's SMM_TRACE_QUANT */
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
@@ -156,6 +169,7 @@ typedef cudaDeviceProp rt_prop;
 static smm_gpu_force_set_fn force_set;
 static smm_gpu_kernel_counts_fn kernel_counts;
 static smm_gpu_kernel_name_fn kernel_name;
+static smm_gpu_trace_take_fn trace_take; /* NULL: an older plugin */
 static smm_context *gctx, *hctx; /* the GPU context, the checking host context */
 static rt_stream stream;
 static rt_event ev0, ev1;
@@ -187,6 +201,7 @@ static void load_force_interface(void)
         force_set = (smm_gpu_force_set_fn)dlsym(h, "smm_gpu_force_set");
         kernel_counts = (smm_gpu_kernel_counts_fn)dlsym(h, "smm_gpu_kernel_counts");
         kernel_name = (smm_gpu_kernel_name_fn)dlsym(h, "smm_gpu_kernel_name");
+        trace_take = (smm_gpu_trace_take_fn)dlsym(h, "smm_gpu_trace_take");
     }
     if (!force_set || !kernel_counts || !kernel_name) {
         fprintf(stderr, "gpu-tune: the loaded %s does not export the force interface\n",
@@ -699,10 +714,11 @@ static void run_layer_cost(bool big)
            "per-token, as the library runs it; fused = forced to one launch, M <= 4; mm = "
            "smm_scaled_mm alone); us per launch over %d launches, "
            "stream launches (_s) and CUDA-graph replays (_g), median of 5; %% of the copy "
-           "bandwidth %.0f GB/s\n"
-           "%-3s %-6s %-6s %7s %7s %7s %7s %7s %6s %6s %6s %6s %6s %s\n",
-           launches, bw, "M", "N", "K", "mm_s", "mm_g", "lay_s", "lay_g", "fus_g", "%mm_s",
-           "%mm_g", "%lay_s", "%lay_g", "%fus_g", "layer ran");
+           "bandwidth %.0f GB/s; ring = the layer with the ring decode kernel forced, 0: it "
+           "did not run\n"
+           "%-3s %-6s %-6s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s %6s %6s %s\n",
+           launches, bw, "M", "N", "K", "mm_s", "mm_g", "lay_s", "lay_g", "fus_g", "ring_g",
+           "%mm_s", "%mm_g", "%lay_s", "%lay_g", "%fus_g", "%ring_g", "layer ran");
     for (int s = 0; s < (big ? 8 : 4); s++) {
         const int64_t n = s < 4 ? layers[s][0] : l405[s - 4][0];
         const int64_t k = s < 4 ? layers[s][1] : l405[s - 4][1];
@@ -757,7 +773,7 @@ static void run_layer_cost(bool big)
                 }
                 return c1.decode_fused != c0.decode_fused;
             };
-            double t[5], tq;
+            double t[6], tq;
             stream_time(launches, mm, &tq, &t[0]);
             t[1] = graph_time(launches, 5, mm);
             stream_time(launches, layer, &tq, &t[2]);
@@ -769,16 +785,193 @@ static void run_layer_cost(bool big)
             force_set(&f);
             const bool fused = verify("fused");
             t[4] = fused ? graph_time(launches, 5, layer) : 0.0;
+            /* the ring decode kernel forced behind the quantizer */
+            f = force_of(SMM_GPU_KERNEL_DECODE_RING, 0, 0, 0, 0);
+            force_set(&f);
+            smm_gpu_counts r0, r1;
+            kernel_counts(&r0);
+            verify("ring");
+            kernel_counts(&r1);
+            const bool ring = r1.launches[SMM_GPU_KERNEL_DECODE_RING] !=
+                              r0.launches[SMM_GPU_KERNEL_DECODE_RING];
+            t[5] = ring ? graph_time(launches, 5, layer) : 0.0;
             force_set(NULL);
             const double wb = (double)(n * k) / 1e9;
             auto pct = [&](double tt) { return tt > 0 ? 100 * wb / tt / bw : 0.0; };
-            printf("%-3lld %-6lld %-6lld %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f %6.1f "
-                   "%6.1f %s\n",
+            printf("%-3lld %-6lld %-6lld %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f "
+                   "%6.1f %6.1f %6.1f %s\n",
                    (long long)m, (long long)n, (long long)k, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6,
-                   t[3] * 1e6, t[4] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]), pct(t[3]),
-                   pct(t[4]), auto_fused ? "fused" : "two");
+                   t[3] * 1e6, t[4] * 1e6, t[5] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]),
+                   pct(t[3]), pct(t[4]), pct(t[5]), auto_fused ? "fused" : "two");
             fflush(stdout);
         }
+        unpack_copies(pb);
+    }
+    smm_free(gctx, x), smm_free(gctx, q), smm_free(gctx, xs);
+    bufs_free(d);
+}
+
+/* --layer-trace: where a decode layer's time goes, from a trace build of
+ * the plugin (lib/rocm/trace.h: per block, the global timer at its start,
+ * after its wait, after its products and at its end). For the 8B qkv, o
+ * and down layers at M = 1, 16, 32: a CUDA graph of one launch per weight
+ * copy (packed B, bf16 out), of the GEMM alone (mm) and of the layer
+ * (smm_linear: the quantizer, then the GEMM), replayed twice, the second
+ * replay traced. Per launch k after the first two, times in us from the
+ * end of launch k - 1's last GEMM block, medians over the launches:
+ * q_wait / q_end: the quantizer's first block past its wait, its last
+ * block's end; g_in: the GEMM's first / median / last block start; g_wait:
+ * its first / last block past the wait; g_prod: its median / last block
+ * past its products; g_end: its last block's end, the launch's period. */
+static void run_layer_trace(void)
+{
+    if (!trace_take || trace_take(NULL, 0) < 0) {
+        fprintf(stderr, "gpu-tune: --layer-trace needs a plugin built with -DSMM_GPU_TRACE "
+                        "(lib/rocm/trace.h)\n");
+        exit(2);
+    }
+    const int64_t ms[] = {1, 16, 32};
+    const int ls[] = {0, 1, 3};
+    const int max_rec = 1 << 16;
+    std::vector<unsigned long long> rec((size_t)max_rec * 6);
+    bufs d = bufs_alloc(32, 28672, 14336, (int64_t)384 << 20);
+    std::vector<uint16_t> hx((size_t)(32 * 14336));
+    for (uint16_t &v : hx)
+        v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
+    void *x, *q, *xs;
+    SK(gctx, smm_malloc(gctx, hx.size() * 2, &x));
+    SK(gctx, smm_malloc(gctx, hx.size(), &q));
+    SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
+    SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
+    printf("layer trace (trace build: each block's exit delayed by one atomic); us from the end "
+           "of the previous launch's GEMM, medians over the launches of a traced graph "
+           "replay\n%-6s %-5s %-3s %-6s %-6s %6s %6s %20s %13s %13s %6s %s\n",
+           "form", "layer", "M", "N", "K", "q_wait", "q_end", "g_in min/med/max",
+           "g_wait min/max", "g_prod med/max", "g_end", "GEMM blocks");
+    for (int li : ls) {
+        const int64_t n = layers[li][0], k = layers[li][1];
+        const char *lname = li == 0 ? "qkv" : li == 1 ? "o" : li == 2 ? "gate_up" : "down";
+        const int copies = copies_of(d, n, k);
+        std::vector<smm_packed_b *> pb = pack_copies(d, n, k, copies);
+        for (int64_t m : ms)
+            for (int form = 0; form < 2; form++) {
+                fprintf(stderr, "gpu-tune: trace %s M %lld N %lld K %lld\n",
+                        form ? "layer" : "mm", (long long)m, (long long)n, (long long)k);
+                smm_linear_args la;
+                memset(&la, 0, sizeof la);
+                la.m = m, la.n = n, la.k = k, la.x = x, la.x_dtype = SMM_DTYPE_BF16, la.ldx = k;
+                la.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, la.x_scale = (float *)xs;
+                la.q = (int8_t *)q, la.ldq = k;
+                la.scale_b = d.sb, la.scale_b_len = n;
+                la.c = d.c, la.ldc = n, la.c_dtype = SMM_DTYPE_BF16;
+                auto issue = [&](int l) {
+                    if (form) {
+                        la.b_packed = pb[(size_t)(l % copies)];
+                        SK(gctx, smm_linear(gctx, &la));
+                    } else {
+                        launch(d, m, n, k, SMM_DTYPE_BF16, l % copies, &pb);
+                    }
+                };
+                rt_graph g;
+                rt_graph_exec ex;
+                issue(0);
+                SK(gctx, smm_synchronize(gctx));
+                CK(RT(StreamBeginCapture)(stream, RT(StreamCaptureModeThreadLocal)));
+                for (int l = 0; l < copies; l++)
+                    issue(l);
+                CK(RT(StreamEndCapture)(stream, &g));
+                CK(rt_instantiate(&ex, g));
+                CK(RT(GraphLaunch)(ex, stream));
+                CK(RT(StreamSynchronize)(stream));
+                if (trace_take(rec.data(), max_rec) < 0)
+                    exit(1);
+                CK(RT(GraphLaunch)(ex, stream));
+                CK(RT(StreamSynchronize)(stream));
+                const int nr = trace_take(rec.data(), max_rec);
+                CK(RT(GraphExecDestroy)(ex));
+                CK(RT(GraphDestroy)(g));
+                if (nr < 0 || nr >= max_rec) {
+                    fprintf(stderr, "gpu-tune: trace: %d records\n", nr);
+                    exit(1);
+                }
+                /* GEMM launches by tag (each copy once), in the order
+                 * their last blocks ended; quantizer launches by the
+                 * order of their blocks' waits (they run one at a time) */
+                struct launch_rec {
+                    std::vector<double> start, wait, prod, end;
+                };
+                std::vector<std::pair<unsigned long long, launch_rec>> gl;
+                std::vector<std::pair<double, double>> qw; /* wait, end */
+                double t0 = 1e300;
+                for (int i = 0; i < nr; i++)
+                    t0 = std::min(t0, (double)rec[(size_t)i * 6 + 2]);
+                for (int i = 0; i < nr; i++) {
+                    const unsigned long long *r = &rec[(size_t)i * 6];
+                    const int kind = (int)(r[0] & 0xff);
+                    if (kind == SMM_TRACE_QUANT_KIND) {
+                        qw.push_back({(double)r[3] - t0, (double)r[5] - t0});
+                        continue;
+                    }
+                    size_t j = 0;
+                    while (j < gl.size() && gl[j].first != r[1])
+                        j++;
+                    if (j == gl.size())
+                        gl.push_back({r[1], launch_rec()});
+                    gl[j].second.start.push_back((double)r[2] - t0);
+                    gl[j].second.wait.push_back((double)r[3] - t0);
+                    gl[j].second.prod.push_back((double)r[4] - t0);
+                    gl[j].second.end.push_back((double)r[5] - t0);
+                }
+                auto mx = [](const std::vector<double> &v) {
+                    return *std::max_element(v.begin(), v.end());
+                };
+                auto mn = [](const std::vector<double> &v) {
+                    return *std::min_element(v.begin(), v.end());
+                };
+                std::sort(gl.begin(), gl.end(), [&](const auto &a, const auto &b) {
+                    return mx(a.second.end) < mx(b.second.end);
+                });
+                std::sort(qw.begin(), qw.end());
+                std::vector<std::pair<double, double>> ql; /* per launch: first wait, last end */
+                for (size_t i = 0; i < qw.size(); i++) {
+                    if (ql.empty() || qw[i].first > ql.back().second)
+                        ql.push_back(qw[i]);
+                    else
+                        ql.back().second = std::max(ql.back().second, qw[i].second);
+                }
+                const bool have_q = form == 1 && ql.size() == gl.size();
+                if ((int)gl.size() != copies || (form == 1 && !have_q))
+                    fprintf(stderr, "gpu-tune: trace: %zu GEMM launches, %zu quantizer "
+                                    "launches, %d expected\n",
+                            gl.size(), ql.size(), copies);
+                std::vector<double> c[12];
+                size_t blocks = 0;
+                for (size_t l = 2; l < gl.size(); l++) {
+                    const double e0 = mx(gl[l - 1].second.end);
+                    const launch_rec &r = gl[l].second;
+                    blocks = r.start.size();
+                    c[0].push_back(have_q ? ql[l].first - e0 : 0);
+                    c[1].push_back(have_q ? ql[l].second - e0 : 0);
+                    c[2].push_back(mn(r.start) - e0);
+                    c[3].push_back(median(r.start) - e0);
+                    c[4].push_back(mx(r.start) - e0);
+                    c[5].push_back(mn(r.wait) - e0);
+                    c[6].push_back(mx(r.wait) - e0);
+                    c[7].push_back(median(r.prod) - e0);
+                    c[8].push_back(mx(r.prod) - e0);
+                    c[9].push_back(mx(r.end) - e0);
+                }
+                if (c[0].empty())
+                    continue;
+                double v[10];
+                for (int i = 0; i < 10; i++)
+                    v[i] = median(c[i]) * 1e-3;
+                printf("%-6s %-5s %-3lld %-6lld %-6lld %6.2f %6.2f %6.2f/%6.2f/%6.2f %6.2f/%6.2f "
+                       "%6.2f/%6.2f %6.2f %zu\n",
+                       form ? "layer" : "mm", lname, (long long)m, (long long)n, (long long)k,
+                       v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], blocks);
+                fflush(stdout);
+            }
         unpack_copies(pb);
     }
     smm_free(gctx, x), smm_free(gctx, q), smm_free(gctx, xs);
@@ -931,7 +1124,7 @@ static void run_large_sweep(bool big)
 static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
-            "--launch-cost [raw] [quick] | --layer-cost [405b] | --ring-sweep [405b] | "
+            "--launch-cost [raw] [quick] | --layer-cost [405b] | --layer-trace | --ring-sweep [405b] | "
             "--large-sweep [405b] | --decode-one M N K [KERNEL [TILE]]]\n",
             why);
     return 2;
@@ -951,7 +1144,7 @@ static int64_t size_arg(const char *s)
 
 int main(int argc, char **argv)
 {
-    enum { BENCH, SWEEP, COST, LAYER, RING, ONE, LARGE } mode = BENCH;
+    enum { BENCH, SWEEP, COST, LAYER, TRACE, RING, ONE, LARGE } mode = BENCH;
     const char *kernel_arg = NULL;
     bool raw = false, quick = false, ref = false, big = false;
     int64_t one[3] = {0, 0, 0};
@@ -975,6 +1168,8 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(a, "--layer-cost"))
             mode = LAYER;
+        else if (!strcmp(a, "--layer-trace"))
+            mode = TRACE;
         else if ((mode == LAYER || mode == LARGE || mode == RING) && !strcmp(a, "405b"))
             big = true;
         else if (!strcmp(a, "--large-sweep"))
@@ -1051,6 +1246,7 @@ int main(int argc, char **argv)
     case SWEEP: run_decode_sweep(); break;
     case COST: run_launch_cost(!raw, quick); break;
     case LAYER: run_layer_cost(big); break;
+    case TRACE: run_layer_trace(); break;
     case RING: run_ring_sweep(big); break;
     case ONE: run_decode_one(one[0], one[1], one[2], kernel, one_tile); break;
     case LARGE: run_large_sweep(big); break;

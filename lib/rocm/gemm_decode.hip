@@ -33,6 +33,7 @@
  */
 #include "launch.h"
 #include "quant_ops.h"
+#include "trace.h"
 
 #if defined(SMM_GPU_NVIDIA)
 
@@ -388,6 +389,8 @@ __device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_pa
     const unsigned rank = S > 1 ? smm_cluster_rank() : 0;
     const int64_t n0 = (int64_t)(blockIdx.x / S) * 16 * G;
     const bool azp = e.azp != NULL;
+    SMM_TRACE_DECL;
+    SMM_TRACE_AT(0);
 
     /* BS 1 and 2 (d.b_static): B is a packed B, complete before smm_pack_b
      * returned and never written by a kernel, so the kernel ahead in the
@@ -468,6 +471,7 @@ __device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_pa
     if (BS == 1 && !trigger_at_start)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+    SMM_TRACE_AT(1);
     if (!BSTATIC)
         for (int i = tid; i < NR + G * 16; i += SMM_DEC_WARPS * 32)
             red[i] = 0;
@@ -643,6 +647,8 @@ __device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_pa
         consume(u, xs);
     }
 
+    SMM_TRACE_AT(2);
+
     /* Output o: token o / (16 G), column n0 + o % (16 G) (consecutive
      * threads write consecutive columns). The scales (bias, zero point) of
      * all of a thread's elements are loaded here, together, before the
@@ -690,8 +696,10 @@ __device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_pa
         }
         smm_cluster_arrive();
         smm_cluster_wait();
-        if (rank != 0)
+        if (rank != 0) {
+            SMM_TRACE_END(SMM_TRACE_DECODE, d.b);
             return;
+        }
     }
 
     /* The thread's outputs o, finished with the scales loaded above.
@@ -711,6 +719,7 @@ __device__ __forceinline__ void smm_decode_body(const smm_mm_dims &d, smm_epi_pa
             smm_epi_store_in(e, m, n, s, azp ? csred[j * 16 + r] : 0, in[i]);
         }
     }
+    SMM_TRACE_END(SMM_TRACE_DECODE, d.b);
 #endif
 }
 
@@ -1029,53 +1038,6 @@ SMM_DEV void smm_cp_async_wait_n(int n)
     }
 }
 
-/* Built with -DSMM_RING_TRACE (a tuning build), the ring
- * decode kernel's thread 0 records per block: the SM and block, and the
- * global timer (ns) at its start, after griddepcontrol.wait, after its
- * last wgmma and before it leaves, in smm_ring_trace (up to
- * SMM_RING_TRACE_MAX blocks, smm_ring_trace_n of them); the atomic that
- * takes the record's place comes after the last time, and delays the
- * block's exit. Off (the default), none of this is compiled. */
-#if defined(SMM_RING_TRACE)
-#define SMM_RING_TRACE_MAX (1 << 16)
-__device__ unsigned long long smm_ring_trace[5 * SMM_RING_TRACE_MAX];
-__device__ unsigned smm_ring_trace_n;
-
-SMM_DEV unsigned long long smm_globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
-}
-
-SMM_DEV void smm_ring_trace_put(const unsigned long long *t)
-{
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    const unsigned long long t_end = smm_globaltimer();
-    const unsigned ix = atomicAdd(&smm_ring_trace_n, 1u);
-    if (ix < SMM_RING_TRACE_MAX) {
-        unsigned long long *o = smm_ring_trace + 5ull * ix;
-        o[0] = smid | ((unsigned long long)blockIdx.x << 16);
-        o[1] = t[0];
-        o[2] = t[1];
-        o[3] = t[2];
-        o[4] = t_end;
-    }
-}
-#define SMM_RING_TRACE_AT(i)                                                               \
-    do {                                                                                   \
-        trace_t[i] = smm_globaltimer();                                                    \
-    } while (0)
-#define SMM_RING_TRACE_END()                                                               \
-    do {                                                                                   \
-        if (tid == 0)                                                                      \
-            smm_ring_trace_put(trace_t);                                                   \
-    } while (0)
-#else
-#define SMM_RING_TRACE_AT(i) ((void)0)
-#define SMM_RING_TRACE_END() ((void)0)
-#endif
 
 /*
  * Block (or cluster of S blocks, each a contiguous share of K's 256-byte
@@ -1130,10 +1092,8 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
     const int64_t s0 = min((int64_t)rank * share, nslot);
     const int ns = (int)(min(s0 + share, nslot) - s0);
     const bool azp = AZP; /* e.azp != NULL */
-#if defined(SMM_RING_TRACE)
-    unsigned long long trace_t[3];
-#endif
-    SMM_RING_TRACE_AT(0);
+    SMM_TRACE_DECL;
+    SMM_TRACE_AT(0);
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (d.b_static)
@@ -1218,7 +1178,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
     if (!d.b_static)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-    SMM_RING_TRACE_AT(1);
+    SMM_TRACE_AT(1);
     if (!d.b_static)
         for (int sl = 0; sl < r - 2; sl++) {
             copy(sl, sl, true, false);
@@ -1301,7 +1261,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     colsum += __shfl_xor_sync(0xffffffffu, colsum, 1);
-    SMM_RING_TRACE_AT(2);
+    SMM_TRACE_AT(2);
 
     /* The other blocks of a cluster add their sums into block 0's shared
      * memory and leave; block 0 waits for all of their adds. With the sums
@@ -1317,7 +1277,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
                 smm_red_async_add(rred + (uint32_t)(i * 128 + tid) * 4, acc[i], rbar);
             if (azp && (tid & 1) == 0)
                 smm_red_async_add(rred + (uint32_t)(NT / 2 * 128 + (tid >> 1)) * 4, colsum, rbar);
-            SMM_RING_TRACE_END();
+            SMM_TRACE_END(SMM_TRACE_RING, d.b);
             return;
         }
         smm_mbar_wait<true>(bar, 0);
@@ -1380,7 +1340,7 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
                 smm_epi_put(e, m, n, bits[i]);
         }
     }
-    SMM_RING_TRACE_END();
+    SMM_TRACE_END(SMM_TRACE_RING, d.b);
 #else
     __shared__ int smm_no_ring[4];
     if (d.m < 0)
@@ -1956,6 +1916,12 @@ void smm_decode_plan(smm_mm_dims *dp, int cc, int sms, const smm_gpu_force &f, i
     }
     *gp = g;
     *sp = s;
+}
+
+/* The trace records of this file's kernels (trace.h). */
+int smm_decode_trace_take(unsigned long long *out, int max)
+{
+    return SMM_TRACE_TAKE_TU(out, max);
 }
 
 #endif /* SMM_GPU_NVIDIA */

@@ -45,7 +45,7 @@ gpuError_t smm_gpu_launch_epilogue(const smm_epilogue_args *a, gpuStream_t strea
 
 /*
  * Forcing a GEMM kernel: an internal interface for tests and tuning, not
- * the library's API. The plugin exports these four functions (C linkage,
+ * the library's API. The plugin exports these five functions (C linkage,
  * plugin.map) next to its entry point, so a program that has loaded the
  * plugin through the library (a context on the GPU backend) finds them
  * with dlopen(<the plugin's path>, RTLD_NOLOAD) and dlsym, as
@@ -127,9 +127,18 @@ SMM_GPU_FORCE_API void smm_gpu_kernel_counts(smm_gpu_counts *out);
 /* Printable name of a kernel ("generic", "mfma", "mma", ...). */
 SMM_GPU_FORCE_API const char *smm_gpu_kernel_name(int kernel);
 
+/* A tuning build's per-block timeline (lib/rocm/trace.h, -DSMM_GPU_TRACE):
+ * copies up to max records of 6 words each (id = kernel | SM << 8 |
+ * block << 32, tag, then the global timer in ns at the block's start,
+ * after its wait, after its products, at its end) to out, and empties the
+ * buffer. Returns the number of records, or -1 in a build without it or
+ * on a runtime error. */
+SMM_GPU_FORCE_API int smm_gpu_trace_take(unsigned long long *out, int max);
+
 /* The functions' types, for dlsym. */
 typedef void (*smm_gpu_force_set_fn)(const smm_gpu_force *f);
 typedef void (*smm_gpu_kernel_counts_fn)(smm_gpu_counts *out);
 typedef const char *(*smm_gpu_kernel_name_fn)(int kernel);
+typedef int (*smm_gpu_trace_take_fn)(unsigned long long *out, int max);
 
 #endif

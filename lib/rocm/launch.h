@@ -94,6 +94,10 @@ bool smm_decode_have_cluster(int cc);
 /* Whether programmatic dependent launches are on (SMM_GPU_PDL, and no
  * launch with one refused so far); the quantizer follows it too. */
 bool smm_decode_pdl_allowed(void);
+/* A trace build's records (trace.h) of gemm_decode.hip's and
+ * quantize.hip's kernels: smm_gpu_trace_take's halves. */
+int smm_decode_trace_take(unsigned long long *out, int max);
+int smm_quant_trace_take(unsigned long long *out, int max);
 void smm_decode_plan(smm_mm_dims *d, int cc, int sms, const smm_gpu_force &f, int *g, int *s);
 gpuError_t smm_launch_decode_mma(const smm_mm_dims &d, const smm_epi_params &e, int g, int s,
                                  gpuStream_t stream);

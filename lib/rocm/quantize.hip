@@ -37,6 +37,7 @@
  */
 #include "launch.h"
 #include "quant_ops.h"
+#include "trace.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -271,8 +272,11 @@ smm_q_rows(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_
     __shared__ float sh[QV_SHARED];
     const int t = SMM_TID_X, nt = SMM_BDIM_X;
     const int64_t nc = k / V;
+    SMM_TRACE_DECL;
+    SMM_TRACE_AT(0);
 
     q_dependent_launch_begin();
+    SMM_TRACE_AT(1);
 
     for (int64_t i = SMM_BID_X; i < m; i += SMM_GDIM_X) {
         const uint4 *xr = (const uint4 *)q_row<DT>(x, i, ldx);
@@ -377,6 +381,8 @@ smm_q_rows(const void *x, int64_t ldx, int8_t *q, int64_t ldq, int64_t m, int64_
                 azp[i] = sym ? 0 : z;
         }
     }
+    SMM_TRACE_AT(2);
+    SMM_TRACE_END(SMM_TRACE_QUANT, q);
 }
 
 #if defined(SMM_GPU_NVIDIA)
@@ -521,3 +527,11 @@ gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t strea
         return q_launch<SMM_DTYPE_F32>(q, stream);
     }
 }
+
+#if defined(SMM_GPU_NVIDIA)
+/* The trace records of this file's kernels (trace.h). */
+int smm_quant_trace_take(unsigned long long *out, int max)
+{
+    return SMM_TRACE_TAKE_TU(out, max);
+}
+#endif

@@ -8,6 +8,7 @@
  * behind them are summarised in doc/design.md.
  */
 #include "launch.h"
+#include "trace.h"
 
 /* ------------------------------------------------------------------ */
 /* Force interface                                                     */
@@ -73,6 +74,21 @@ SMM_GPU_FORCE_API void smm_gpu_kernel_counts(smm_gpu_counts *out)
 #else
     out->decode_pre = 0;
     out->decode_fused = 0;
+#endif
+}
+
+SMM_GPU_FORCE_API int smm_gpu_trace_take(unsigned long long *out, int max)
+{
+#if defined(SMM_GPU_NVIDIA) && defined(SMM_GPU_TRACE)
+    const int a = smm_quant_trace_take(out, max);
+    if (a < 0)
+        return -1;
+    const int b = smm_decode_trace_take(out + (size_t)a * SMM_TRACE_WORDS, max - a);
+    return b < 0 ? -1 : a + b;
+#else
+    (void)out;
+    (void)max;
+    return -1;
 #endif
 }
 
