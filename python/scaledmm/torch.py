@@ -20,6 +20,11 @@ skips the packing work scaled_mm redoes on every call. linear_packed is
 quantize_i8 followed by scaled_mm_packed in one call (smm_linear), with
 the same bits.
 
+Call the ops that take a PackedB through this module's functions
+(scaled_mm_packed, linear_packed) or call_packed(op, *args): called as
+torch.ops.scaledmm.* from Python, each call pays about 20 us for torch's
+__torch_function__ lookup on the PackedB (see call_packed).
+
 They are C++ operators registered with torch's dispatcher, compiled against
 the installed torch the first time this module is imported (about a minute,
 with ninja and a C++ compiler; the result is cached in
@@ -99,6 +104,32 @@ _load_ops()
 ops = torch.ops.scaledmm
 ops._set_backends(_core.SMM_BACKEND_CPU,
                   _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA)
+
+
+_DISABLED_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
+
+
+def call_packed(op, *args):
+    """op(*args) for an op that takes a PackedB (scaled_mm_packed,
+    scaled_mm_packed_out, linear_packed); the same result and errors.
+
+    Before an op runs, torch looks up __torch_function__ on every argument;
+    on a PackedB (a torch.ScriptObject) that lookup raises and catches an
+    AttributeError, which made each call about 20 us slower than the
+    unpacked op (three times a small problem's cost; CPU, 2-vCPU EPYC).
+    Where no argument is a tensor subclass that overrides __torch_function__,
+    the op is called with subclass overrides disabled, which skips those
+    lookups and nothing else (torch function modes still apply); otherwise,
+    and under torch.compile, the op is called as it is.
+    """
+    for a in args:
+        if (isinstance(a, torch.Tensor) and type(a) is not torch.Tensor
+                and type(a).__torch_function__ is not _DISABLED_TORCH_FUNCTION):
+            return op(*args)
+    if torch.compiler.is_compiling():
+        return op(*args)
+    with torch._C.DisableTorchFunctionSubclass():
+        return op(*args)
 
 
 # ---------------------------------------------------------------------- #
@@ -331,9 +362,9 @@ def scaled_mm_packed(a: torch.Tensor, b: PackedB, scale_a: torch.Tensor, scale_b
     nothing is written then.
     """
     if out is not None:
-        ops.scaled_mm_packed_out(a, b, scale_a, scale_b, bias, azp, out)
+        call_packed(ops.scaled_mm_packed_out, a, b, scale_a, scale_b, bias, azp, out)
         return out
-    return ops.scaled_mm_packed(a, b, scale_a, scale_b, out_dtype, bias, azp)
+    return call_packed(ops.scaled_mm_packed, a, b, scale_a, scale_b, out_dtype, bias, azp)
 
 
 def linear_packed(x: torch.Tensor, b: PackedB, scale_b: torch.Tensor,
@@ -380,7 +411,8 @@ def linear_packed(x: torch.Tensor, b: PackedB, scale_b: torch.Tensor,
     """
     if out_dtype is None:
         out_dtype = x.dtype
-    out, q, s, z = ops.linear_packed(x, b, scale_b, out_dtype, bias, x_scale, x_azp, symmetric)
+    out, q, s, z = call_packed(ops.linear_packed, x, b, scale_b, out_dtype, bias, x_scale,
+                               x_azp, symmetric)
     return out, q, s, (z if (x_azp is not None or not symmetric) else None)
 
 
@@ -611,8 +643,9 @@ class ScaledMMLinear(torch.nn.Module):
             azp = None if self.symmetric else z
             y = ops.scaled_mm(q, self.weight, s, self.weight_scale, x.dtype, self.bias, azp)
         else:
-            y = ops.linear_packed(x2, packed, self.weight_scale, x.dtype, self.bias,
-                                  self.input_scale, self.input_zero_point, self.symmetric)[0]
+            y = call_packed(ops.linear_packed, x2, packed, self.weight_scale, x.dtype,
+                            self.bias, self.input_scale, self.input_zero_point,
+                            self.symmetric)[0]
         return y.reshape(*lead, self.out_features)
 
 
@@ -640,7 +673,8 @@ def replace_linear(model: torch.nn.Module,
     return [name for name, _ in targets]
 
 
-__all__ = ["PackedB", "ScaledMMLinear", "current_stream_handle", "gemm_s8s8s32", "linear_packed",
+__all__ = ["PackedB", "ScaledMMLinear", "call_packed", "current_stream_handle", "gemm_s8s8s32",
+           "linear_packed",
            "ops", "pack_b",
            "quantize_i8", "quantize_weight", "replace_linear", "scaled_mm", "scaled_mm_packed",
            "set_cpu_backend", "set_num_threads"]

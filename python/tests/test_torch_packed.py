@@ -104,6 +104,88 @@ def test_packed_random_problems(rng, cpu_backend):
             assert same_bits(got, want), "%s %s: packed differs from unpacked" % (how, what)
 
 
+# ---------------------------------------------------------------------- #
+# call_packed: the wrappers' way around torch's per-call probe            #
+# ---------------------------------------------------------------------- #
+class _Overrides(torch.Tensor):
+    """A tensor subclass that overrides __torch_function__ and records the
+    functions it sees."""
+    seen = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _record_disable(monkeypatch):
+    """Counts the wrappers' entries into DisableTorchFunctionSubclass."""
+    used = []
+    real = torch._C.DisableTorchFunctionSubclass
+
+    class Counting:
+        def __enter__(self):
+            used.append(1)
+            self.inner = real()
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc):
+            return self.inner.__exit__(*exc)
+
+    monkeypatch.setattr(torch._C, "DisableTorchFunctionSubclass", Counting)
+    return used
+
+
+def _linear_problem(rng):
+    t = torch_problem(make_problem(rng, 3, 24, 40, "token", "channel", True, None))
+    x = torch.from_numpy(rand_floats(rng, (3, 40))).to(torch.bfloat16)
+    return t, x, smt.pack_b(t["b"])
+
+
+def test_call_packed_fast_path(rng, monkeypatch):
+    """Plain tensors and Parameters (which disable __torch_function__): the
+    wrappers call the ops with subclass overrides off, with the op's bits."""
+    t, x, pb = _linear_problem(rng)
+    want = ops.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"], torch.float16,
+                                t["bias"], None)
+    want_l = ops.linear_packed(x, pb, t["scale_b"], torch.bfloat16, t["bias"], None, None, True)
+    used = _record_disable(monkeypatch)
+    sb = torch.nn.Parameter(t["scale_b"], requires_grad=False)
+    got = smt.scaled_mm_packed(t["a"], pb, t["scale_a"], sb, torch.float16, t["bias"])
+    got_l = smt.linear_packed(x, pb, sb, bias=t["bias"])
+    assert len(used) == 2
+    assert same_bits(got, want)
+    for g, w in zip(got_l[:3], want_l[:3]):
+        assert same_bits(g, w)
+    assert got_l[3] is None
+
+
+def test_call_packed_keeps_overrides(rng, monkeypatch):
+    """A tensor subclass overriding __torch_function__ still sees the op
+    (the wrappers then call it as it is), and a torch function mode sees it
+    on the fast path too; the bits are the op's."""
+    t, x, pb = _linear_problem(rng)
+    want = ops.linear_packed(x, pb, t["scale_b"], torch.bfloat16, None, None, None, True)
+    _Overrides.seen = []
+    got = smt.linear_packed(x, pb, t["scale_b"].as_subclass(_Overrides))
+    assert ops.linear_packed in _Overrides.seen
+    assert same_bits(got[0].as_subclass(torch.Tensor), want[0])
+
+    class Mode(torch.overrides.TorchFunctionMode):
+        seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Mode.seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    used = _record_disable(monkeypatch)
+    with Mode():
+        got = smt.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"], torch.float32)
+    assert len(used) == 1 and ops.scaled_mm_packed in Mode.seen
+    assert same_bits(got, ops.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"],
+                                               torch.float32, None, None))
+
+
 def test_packed_k_wraps(rng):
     """K > 2^17: the int32 sums wrap, the packed column sums with them."""
     p = make_problem(rng, 2, 3, (1 << 17) + 37, "token", "channel", True, "token")

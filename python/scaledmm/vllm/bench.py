@@ -151,8 +151,8 @@ def main(argv=None) -> int:
                                                               dtype, True)
 
             def ours(ws_set):   # the plugin's apply_weights
-                return smm.ops.linear_packed(x, ws_set["pb"], ws_flat, dtype, None, None, None,
-                                             True)[0]
+                return smm.call_packed(smm.ops.linear_packed, x, ws_set["pb"], ws_flat, dtype,
+                                       None, None, None, True)[0]
 
             def ours_raw(ws_set):
                 q, s, _ = smm.ops.quantize_i8(x, None, None, True)

@@ -185,8 +185,8 @@ class ScaledmmInt8ScaledMMLinearKernel(Int8ScaledMMLinearKernel):
         else:
             b32 = bias.to(torch.float32).reshape(-1).contiguous()
         if layer._scaledmm_packed_generation == _smm_torch._backend_generation:
-            y = ops.linear_packed(x2, layer._scaledmm_packed, ws, x.dtype, b32, i_s, i_zp,
-                                  self._symmetric)[0]
+            y = _smm_torch.call_packed(ops.linear_packed, x2, layer._scaledmm_packed, ws,
+                                       x.dtype, b32, i_s, i_zp, self._symmetric)[0]
         else:   # set_cpu_backend changed the backend since packing: the same bits unpacked
             q, s, z = ops.quantize_i8(x2, i_s, i_zp, self._symmetric)
             azp = None if self._symmetric else z
