@@ -31,9 +31,11 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
 gpuError_t smm_gpu_launch_quantize(const smm_quantize_args *q, gpuStream_t stream);
 
 /* smm_linear's two halves (q's outputs are p's a, scale_a and azp; n > 0,
- * b_static as for smm_gpu_launch_mm): smm_gpu_launch_quantize, then
- * smm_gpu_launch_mm; forced (smm_gpu_force.fuse), at small M on NVIDIA one
- * launch of the decode kernel that quantizes its own tokens. */
+ * b_static as for smm_gpu_launch_mm): smm_gpu_launch_quantize, then the
+ * GEMM as smm_gpu_launch_mm runs it, except that its rules know the GEMM
+ * follows the quantizer (select.hip); forced (smm_gpu_force.fuse), at
+ * small M on NVIDIA one launch of the decode kernel that quantizes its own
+ * tokens. */
 gpuError_t smm_gpu_launch_linear(const smm_quantize_args *q, const smm_mm_problem *p,
                                  bool b_static, gpuStream_t stream);
 

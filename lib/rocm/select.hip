@@ -141,6 +141,7 @@ struct smm_sel {
     bool b_static;   /* the caller's: B is a packed B */
     bool big;        /* 128 x 256 tiles still fill the SMs */
     bool sm90a_auto; /* neither no_wgmma nor no_tma */
+    bool layer;      /* smm_linear's GEMM, queued right behind the quantizer */
 };
 
 struct smm_rule {
@@ -162,7 +163,8 @@ static bool smm_when_ring(const smm_sel &s)
     return s.decode && s.cc == 90 &&
            (s.k == SMM_GPU_KERNEL_DECODE_RING ||
             (s.k == SMM_GPU_KERNEL_AUTO && s.sm90a_auto &&
-             (s.b_static ? m >= 4 || wmib >= 48 || smm_ring_splits_short(*s.d, s.sms)
+             (s.b_static ? m >= 4 || wmib >= 48 || smm_ring_splits_short(*s.d, s.sms) ||
+                               (s.layer && wmib >= 16)
                          : (m > 8 && m <= 16 && wmib >= 48) || (m > 24 && wmib >= 24)))) &&
            smm_have_ring();
 }
@@ -219,7 +221,8 @@ static const smm_rule smm_nvidia_rules[] = {
     {SMM_GPU_KERNEL_GENERIC, 0, smm_when_generic,
      "before sm_80 (no integer mma.sync), or forced"},
     {SMM_GPU_KERNEL_DECODE_RING, 0, smm_when_ring,
-     "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB or a three-way split of a short K; "
+     "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB, a three-way split of a short K "
+     "or >= 16 MiB behind the quantizer; "
      "raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
     {SMM_GPU_KERNEL_DECODE_TMA, 0, smm_when_dtma,
      "M 17-32 on sm_90a with >= 3 blocks of 64 weight rows per SM: tokens read a quarter as often"},
@@ -299,7 +302,7 @@ struct smm_choice {
     int nrules;
 };
 
-static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static)
+static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static, bool layer)
 {
     smm_mm_dims &d = c.d;
     smm_epi_params &e = c.e;
@@ -334,6 +337,7 @@ static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static)
     s.k = f.kernel;
     s.al16 = smm_aligned(d.a, d.lda, d.m, 16) && smm_aligned(d.b, d.ldb, d.n, 16);
     s.b_static = b_static;
+    s.layer = layer;
     s.sm90a_auto = !f.no_wgmma && !f.no_tma;
 
     c.dplan = d;
@@ -364,10 +368,13 @@ static void smm_choose(smm_choice &c, const smm_mm_problem *p, bool b_static)
 #endif
 }
 
-gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t stream)
+/* smm_gpu_launch_mm; layer: the GEMM of smm_linear, right behind its
+ * quantizer. */
+static gpuError_t smm_launch_mm_as(const smm_mm_problem *p, bool b_static, bool layer,
+                                   gpuStream_t stream)
 {
     smm_choice c;
-    smm_choose(c, p, b_static);
+    smm_choose(c, p, b_static, layer);
     for (int i = 0; i < c.nrules; i++) {
         if (!c.rules[i].when(c.s))
             continue;
@@ -379,6 +386,11 @@ gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t
             return err;
     }
     return gpuErrorInvalidValue; /* not reached: the last rule always holds */
+}
+
+gpuError_t smm_gpu_launch_mm(const smm_mm_problem *p, bool b_static, gpuStream_t stream)
+{
+    return smm_launch_mm_as(p, b_static, false, stream);
 }
 
 /* smm_linear in one launch (NVIDIA sm_80+): the DECODE kernel quantizing
@@ -394,7 +406,7 @@ gpuError_t smm_gpu_launch_linear(const smm_quantize_args *q, const smm_mm_proble
     const smm_gpu_force &force = smm_force_current();
     if (force.fuse == 1) {
         smm_choice c;
-        smm_choose(c, p, b_static);
+        smm_choose(c, p, b_static, true);
         const int64_t es = q->x_dtype == SMM_DTYPE_F32 ? 4 : 2;
         const bool fuse = c.s.decode && !smm_when_generic(c.s) && c.g == 1 && c.cs == 1 &&
                           p->m <= SMM_DEC_QX_ROWS && p->k > 0 &&
@@ -420,5 +432,5 @@ gpuError_t smm_gpu_launch_linear(const smm_quantize_args *q, const smm_mm_proble
     }
 #endif
     gpuError_t err = smm_gpu_launch_quantize(q, stream);
-    return err == gpuSuccess ? smm_gpu_launch_mm(p, b_static, stream) : err;
+    return err == gpuSuccess ? smm_launch_mm_as(p, b_static, true, stream) : err;
 }
