@@ -22,8 +22,8 @@ the same bits.
 
 Call the ops that take a PackedB through this module's functions
 (scaled_mm_packed, linear_packed) or call_packed(op, *args): called as
-torch.ops.scaledmm.* from Python, each call pays about 20 us for torch's
-__torch_function__ lookup on the PackedB (see call_packed).
+torch.ops.scaledmm.* from Python, each call pays about 15 us more for
+torch's __torch_function__ lookup on the PackedB (see call_packed).
 
 They are C++ operators registered with torch's dispatcher, compiled against
 the installed torch the first time this module is imported (about a minute,
@@ -106,27 +106,23 @@ ops._set_backends(_core.SMM_BACKEND_CPU,
                   _core.SMM_BACKEND_ROCM if getattr(torch.version, "hip", None) else _core.SMM_BACKEND_CUDA)
 
 
-_DISABLED_TORCH_FUNCTION = torch._C._disabled_torch_function_impl
-
-
 def call_packed(op, *args):
-    """op(*args) for an op that takes a PackedB (scaled_mm_packed,
-    scaled_mm_packed_out, linear_packed); the same result and errors.
+    """op(*args) for an op that takes a PackedB as its second argument
+    (scaled_mm_packed, scaled_mm_packed_out, linear_packed); the same
+    result and errors.
 
     Before an op runs, torch looks up __torch_function__ on every argument;
     on a PackedB (a torch.ScriptObject) that lookup raises and catches an
-    AttributeError, which made each call about 20 us slower than the
-    unpacked op (three times a small problem's cost; CPU, 2-vCPU EPYC).
-    Where no argument is a tensor subclass that overrides __torch_function__,
-    the op is called with subclass overrides disabled, which skips those
-    lookups and nothing else (torch function modes still apply); otherwise,
-    and under torch.compile, the op is called as it is.
+    AttributeError, about 15 us a call (CPU, 2-vCPU EPYC; the unpacked op
+    costs 7 us there on a small problem). Where no other argument overrides
+    __torch_function__ (torch.overrides.has_torch_function: tensor
+    subclasses that override it, fx proxies, an active torch function
+    mode), the op is called with subclass overrides disabled, which skips
+    those lookups and nothing else; otherwise, and under torch.compile, the
+    op is called as it is.
     """
-    for a in args:
-        if (isinstance(a, torch.Tensor) and type(a) is not torch.Tensor
-                and type(a).__torch_function__ is not _DISABLED_TORCH_FUNCTION):
-            return op(*args)
-    if torch.compiler.is_compiling():
+    others = args[:1] + args[2:]   # the PackedB is the second argument of each
+    if torch.compiler.is_compiling() or torch._C._has_torch_function(others):
         return op(*args)
     with torch._C.DisableTorchFunctionSubclass():
         return op(*args)

@@ -161,9 +161,9 @@ def test_call_packed_fast_path(rng, monkeypatch):
 
 
 def test_call_packed_keeps_overrides(rng, monkeypatch):
-    """A tensor subclass overriding __torch_function__ still sees the op
-    (the wrappers then call it as it is), and a torch function mode sees it
-    on the fast path too; the bits are the op's."""
+    """A tensor subclass overriding __torch_function__ still sees the op,
+    and so does a torch function mode (the wrappers then call the op as it
+    is); the bits are the op's."""
     t, x, pb = _linear_problem(rng)
     want = ops.linear_packed(x, pb, t["scale_b"], torch.bfloat16, None, None, None, True)
     _Overrides.seen = []
@@ -181,9 +181,23 @@ def test_call_packed_keeps_overrides(rng, monkeypatch):
     used = _record_disable(monkeypatch)
     with Mode():
         got = smt.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"], torch.float32)
-    assert len(used) == 1 and ops.scaled_mm_packed in Mode.seen
+    assert used == [] and ops.scaled_mm_packed in Mode.seen   # called as it is
     assert same_bits(got, ops.scaled_mm_packed(t["a"], pb, t["scale_a"], t["scale_b"],
                                                torch.float32, None, None))
+
+
+def test_call_packed_fx_trace(rng):
+    """torch.fx.symbolic_trace through the wrappers (its proxies override
+    __torch_function__): the traced module gives the op's bits."""
+    t, x, pb = _linear_problem(rng)
+
+    class M(torch.nn.Module):
+        def forward(self, xx, sb):
+            return smt.linear_packed(xx, pb, sb)[0]
+
+    gm = torch.fx.symbolic_trace(M())
+    want = ops.linear_packed(x, pb, t["scale_b"], torch.bfloat16, None, None, None, True)[0]
+    assert same_bits(gm(x, t["scale_b"]), want)
 
 
 def test_packed_k_wraps(rng):
