@@ -70,12 +70,16 @@
  *                   alone, each as 1000 stream launches and as a CUDA
  *                   graph of them; us per launch and % of the copy
  *                   bandwidth; the layer's outputs checked bitwise.
- *                   Column ring: the layer with the ring decode kernel
+ *                   Column ring_g: the layer with the ring decode kernel
  *                   forced (0: it could not run).
- *   --layer-trace   needs the plugin built with -DSMM_GPU_TRACE (make -C
- *                   build-cuda/lib GPU_CPPFLAGS="-Iinclude -Ilib
- *                   -Ilib/rocm -DSMM_GPU_TRACE", paths from the source
- *                   tree; lib/rocm/trace.h): the 8B qkv, o and down layers
+ *   --layer-trace   needs the plugin built with -DSMM_GPU_TRACE
+ *                   (lib/rocm/trace.h), in a build directory of its own
+ *                   (objects built without it are not rebuilt): from the
+ *                   top of the source tree, BUILD_DIR=build-trace
+ *                   ./setup.sh --with-cuda, then make -B -C
+ *                   build-trace/lib GPU_CPPFLAGS="-I$PWD/include
+ *                   -I$PWD/lib -I$PWD/lib/rocm -DSMM_GPU_TRACE", and
+ *                   gpu-tune built against it: the 8B qkv, o and down layers
  *                   at M = 1, 16, 32, GEMM alone and layer, one CUDA-graph
  *                   replay traced; when the quantizer's and the GEMM's
  *                   blocks start, pass their waits and end, in us after
@@ -944,7 +948,7 @@ static void run_layer_trace(void)
                     fprintf(stderr, "gpu-tune: trace: %zu GEMM launches, %zu quantizer "
                                     "launches, %d expected\n",
                             gl.size(), ql.size(), copies);
-                std::vector<double> c[12];
+                std::vector<double> c[10];
                 size_t blocks = 0;
                 for (size_t l = 2; l < gl.size(); l++) {
                     const double e0 = mx(gl[l - 1].second.end);

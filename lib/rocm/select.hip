@@ -8,6 +8,7 @@
  * behind them are summarised in doc/design.md.
  */
 #include "launch.h"
+#define SMM_TRACE_NO_BUFFER /* smm_gpu_trace_take reads the other files' */
 #include "trace.h"
 
 /* ------------------------------------------------------------------ */
@@ -164,7 +165,7 @@ static bool smm_when_ring(const smm_sel &s)
            (s.k == SMM_GPU_KERNEL_DECODE_RING ||
             (s.k == SMM_GPU_KERNEL_AUTO && s.sm90a_auto &&
              (s.b_static ? m >= 4 || wmib >= 48 || smm_ring_splits_short(*s.d, s.sms) ||
-                               (s.layer && wmib >= 16)
+                               (s.layer && wmib >= 24)
                          : (m > 8 && m <= 16 && wmib >= 48) || (m > 24 && wmib >= 24)))) &&
            smm_have_ring();
 }
@@ -222,7 +223,7 @@ static const smm_rule smm_nvidia_rules[] = {
      "before sm_80 (no integer mma.sync), or forced"},
     {SMM_GPU_KERNEL_DECODE_RING, 0, smm_when_ring,
      "M <= 32 on sm_90a: packed B at M >= 4, >= 48 MiB, a three-way split of a short K "
-     "or >= 16 MiB behind the quantizer; "
+     "or >= 24 MiB behind the quantizer; "
      "raw B at M 9-16 >= 48 MiB, M 25-32 >= 24 MiB"},
     {SMM_GPU_KERNEL_DECODE_TMA, 0, smm_when_dtma,
      "M 17-32 on sm_90a with >= 3 blocks of 64 weight rows per SM: tokens read a quarter as often"},

@@ -13,7 +13,7 @@
  * Each translation unit that includes this header has its own buffer
  * (no relocatable device code): it defines a host function that returns
  * smm_trace_take_tu's result, and select.hip's smm_gpu_trace_take calls
- * those.
+ * those (select.hip defines SMM_TRACE_NO_BUFFER: no buffer of its own).
  */
 #ifndef SMM_ROCM_TRACE_H
 #define SMM_ROCM_TRACE_H
@@ -23,7 +23,7 @@
 enum { SMM_TRACE_QUANT = 1, SMM_TRACE_DECODE = 2, SMM_TRACE_RING = 3 };
 #define SMM_TRACE_WORDS 6 /* u64 per record: id, tag, start, wait, products, end */
 
-#if defined(SMM_GPU_TRACE) && defined(SMM_GPU_NVIDIA)
+#if defined(SMM_GPU_TRACE) && defined(SMM_GPU_NVIDIA) && !defined(SMM_TRACE_NO_BUFFER)
 #define SMM_TRACE_MAX (1 << 16)
 static __device__ unsigned long long smm_trace_buf[SMM_TRACE_WORDS * SMM_TRACE_MAX];
 static __device__ unsigned smm_trace_n;
@@ -59,6 +59,8 @@ SMM_DEV void smm_trace_put(int kind, const void *tag, const unsigned long long *
 static int smm_trace_take_tu(unsigned long long *out, int max)
 {
     unsigned n = 0, zero = 0;
+    if (max < 0)
+        return -1;
     if (cudaMemcpyFromSymbol(&n, smm_trace_n, sizeof n) != cudaSuccess)
         return -1;
     if (n > SMM_TRACE_MAX)
