@@ -124,8 +124,6 @@
 #define SMM_GPU_FORCE_ONLY
 #include "kernels.h"
 
-#define SMM_TRACE_QUANT_KIND 1 /* lib/rocm/trace.h's SMM_TRACE_QUANT */
-
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define GPU_BACKEND SMM_BACKEND_ROCM
@@ -683,6 +681,46 @@ static void run_launch_cost(bool packed, bool quick)
     bufs_free(d);
 }
 
+/* The decode layer's activations: up to 32 bf16 rows of max_k (hx, and its
+ * device copy x), their int8 rows (q) and per-token scales (xs). */
+struct layer_io {
+    std::vector<uint16_t> hx;
+    void *x, *q, *xs;
+};
+
+static layer_io layer_io_alloc(int64_t max_k)
+{
+    layer_io io;
+    io.hx.resize((size_t)(32 * max_k));
+    for (uint16_t &v : io.hx)
+        v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
+    SK(gctx, smm_malloc(gctx, io.hx.size() * 2, &io.x));
+    SK(gctx, smm_malloc(gctx, io.hx.size(), &io.q));
+    SK(gctx, smm_malloc(gctx, 32 * 4, &io.xs));
+    SK(gctx, smm_memcpy(gctx, io.x, io.hx.data(), io.hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
+    return io;
+}
+
+static void layer_io_free(layer_io &io)
+{
+    smm_free(gctx, io.x), smm_free(gctx, io.q), smm_free(gctx, io.xs);
+}
+
+/* smm_linear of M rows of io on an N x K layer of d (b_packed left to the
+ * caller): dynamic per-token, per-channel weight scales, bf16 out. */
+static smm_linear_args layer_args(const layer_io &io, const bufs &d, int64_t m, int64_t n,
+                                  int64_t k)
+{
+    smm_linear_args la;
+    memset(&la, 0, sizeof la);
+    la.m = m, la.n = n, la.k = k, la.x = io.x, la.x_dtype = SMM_DTYPE_BF16, la.ldx = k;
+    la.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, la.x_scale = (float *)io.xs;
+    la.q = (int8_t *)io.q, la.ldq = k;
+    la.scale_b = d.sb, la.scale_b_len = n;
+    la.c = d.c, la.ldc = n, la.c_dtype = SMM_DTYPE_BF16;
+    return la;
+}
+
 /* --layer-cost: the decode layer as vLLM runs it against the GEMM alone.
  * layer: smm_linear (bf16 activations quantized per token, then the GEMM
  * with per-token x per-channel scales, bf16 out), as the library runs it
@@ -706,14 +744,7 @@ static void run_layer_cost(bool big)
      * copy 0 is the whole buffer, and the check reads copy 0) */
     const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
     SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
-    std::vector<uint16_t> hx((size_t)(32 * max_k));
-    for (uint16_t &v : hx)
-        v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
-    void *x, *q, *xs;
-    SK(gctx, smm_malloc(gctx, hx.size() * 2, &x));
-    SK(gctx, smm_malloc(gctx, hx.size(), &q));
-    SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
-    SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
+    layer_io io = layer_io_alloc(max_k);
     printf("layer cost (packed B, bf16 out; layer = smm_linear from bf16 activations, dynamic "
            "per-token, as the library runs it; fused = forced to one launch, M <= 4; mm = "
            "smm_scaled_mm alone); us per launch over %d launches, "
@@ -731,13 +762,7 @@ static void run_layer_cost(bool big)
         for (int64_t m : ms) {
             fprintf(stderr, "gpu-tune: M %lld N %lld K %lld\n", (long long)m, (long long)n,
                     (long long)k);
-            smm_linear_args la;
-            memset(&la, 0, sizeof la);
-            la.m = m, la.n = n, la.k = k, la.x = x, la.x_dtype = SMM_DTYPE_BF16, la.ldx = k;
-            la.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, la.x_scale = (float *)xs;
-            la.q = (int8_t *)q, la.ldq = k;
-            la.scale_b = d.sb, la.scale_b_len = n;
-            la.c = d.c, la.ldc = n, la.c_dtype = SMM_DTYPE_BF16;
+            smm_linear_args la = layer_args(io, d, m, n, k);
             auto layer = [&](int l) {
                 la.b_packed = pb[(size_t)(l % copies)];
                 SK(gctx, smm_linear(gctx, &la));
@@ -755,15 +780,15 @@ static void run_layer_cost(bool big)
                 std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
                 std::vector<float> want_s((size_t)m), got_s((size_t)m);
                 smm_linear_args h = la;
-                h.x = hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
+                h.x = io.hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
                 h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
                 h.c = want_c.data();
                 SK(hctx, smm_linear(hctx, &h));
                 SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(),
                                     SMM_MEMCPY_DEVICE_TO_HOST));
-                SK(gctx, smm_memcpy(gctx, got_q.data(), q, got_q.size(),
+                SK(gctx, smm_memcpy(gctx, got_q.data(), io.q, got_q.size(),
                                     SMM_MEMCPY_DEVICE_TO_HOST));
-                SK(gctx, smm_memcpy(gctx, got_s.data(), xs, (size_t)m * 4,
+                SK(gctx, smm_memcpy(gctx, got_s.data(), io.xs, (size_t)m * 4,
                                     SMM_MEMCPY_DEVICE_TO_HOST));
                 if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
                     memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
@@ -811,7 +836,7 @@ static void run_layer_cost(bool big)
         }
         unpack_copies(pb);
     }
-    smm_free(gctx, x), smm_free(gctx, q), smm_free(gctx, xs);
+    layer_io_free(io);
     bufs_free(d);
 }
 
@@ -837,16 +862,9 @@ static void run_layer_trace(void)
     const int64_t ms[] = {1, 16, 32};
     const int ls[] = {0, 1, 3};
     const int max_rec = 1 << 16;
-    std::vector<unsigned long long> rec((size_t)max_rec * 6);
+    std::vector<unsigned long long> rec((size_t)max_rec * SMM_TRACE_WORDS);
     bufs d = bufs_alloc(32, 28672, 14336, (int64_t)384 << 20);
-    std::vector<uint16_t> hx((size_t)(32 * 14336));
-    for (uint16_t &v : hx)
-        v = smm_f32_to_bf16((float)((int64_t)(rng_next() % 20001) - 10000) / 2500.0f);
-    void *x, *q, *xs;
-    SK(gctx, smm_malloc(gctx, hx.size() * 2, &x));
-    SK(gctx, smm_malloc(gctx, hx.size(), &q));
-    SK(gctx, smm_malloc(gctx, 32 * 4, &xs));
-    SK(gctx, smm_memcpy(gctx, x, hx.data(), hx.size() * 2, SMM_MEMCPY_HOST_TO_DEVICE));
+    layer_io io = layer_io_alloc(14336);
     printf("layer trace (trace build: each block's exit delayed by one atomic); us from the end "
            "of the previous launch's GEMM, medians over the launches of a traced graph "
            "replay\n%-6s %-5s %-3s %-6s %-6s %6s %6s %20s %13s %13s %6s %s\n",
@@ -861,13 +879,7 @@ static void run_layer_trace(void)
             for (int form = 0; form < 2; form++) {
                 fprintf(stderr, "gpu-tune: trace %s M %lld N %lld K %lld\n",
                         form ? "layer" : "mm", (long long)m, (long long)n, (long long)k);
-                smm_linear_args la;
-                memset(&la, 0, sizeof la);
-                la.m = m, la.n = n, la.k = k, la.x = x, la.x_dtype = SMM_DTYPE_BF16, la.ldx = k;
-                la.mode = SMM_QUANT_DYNAMIC_PER_TOKEN, la.x_scale = (float *)xs;
-                la.q = (int8_t *)q, la.ldq = k;
-                la.scale_b = d.sb, la.scale_b_len = n;
-                la.c = d.c, la.ldc = n, la.c_dtype = SMM_DTYPE_BF16;
+                smm_linear_args la = layer_args(io, d, m, n, k);
                 auto issue = [&](int l) {
                     if (form) {
                         la.b_packed = pb[(size_t)(l % copies)];
@@ -908,11 +920,11 @@ static void run_layer_trace(void)
                 std::vector<std::pair<double, double>> qw; /* wait, end */
                 double t0 = 1e300;
                 for (int i = 0; i < nr; i++)
-                    t0 = std::min(t0, (double)rec[(size_t)i * 6 + 2]);
+                    t0 = std::min(t0, (double)rec[(size_t)i * SMM_TRACE_WORDS + 2]);
                 for (int i = 0; i < nr; i++) {
-                    const unsigned long long *r = &rec[(size_t)i * 6];
+                    const unsigned long long *r = &rec[(size_t)i * SMM_TRACE_WORDS];
                     const int kind = (int)(r[0] & 0xff);
-                    if (kind == SMM_TRACE_QUANT_KIND) {
+                    if (kind == SMM_TRACE_QUANT) {
                         qw.push_back({(double)r[3] - t0, (double)r[5] - t0});
                         continue;
                     }
@@ -978,7 +990,7 @@ static void run_layer_trace(void)
             }
         unpack_copies(pb);
     }
-    smm_free(gctx, x), smm_free(gctx, q), smm_free(gctx, xs);
+    layer_io_free(io);
     bufs_free(d);
 }
 

@@ -137,6 +137,10 @@ SMM_GPU_FORCE_API const char *smm_gpu_kernel_name(int kernel);
  * on a runtime error. */
 SMM_GPU_FORCE_API int smm_gpu_trace_take(unsigned long long *out, int max);
 
+/* A trace record's words, and the kernels in its id's low byte. */
+#define SMM_TRACE_WORDS 6 /* id, tag, start, wait, products, end */
+enum { SMM_TRACE_QUANT = 1, SMM_TRACE_DECODE = 2, SMM_TRACE_RING = 3 };
+
 /* The functions' types, for dlsym. */
 typedef void (*smm_gpu_force_set_fn)(const smm_gpu_force *f);
 typedef void (*smm_gpu_kernel_counts_fn)(smm_gpu_counts *out);

@@ -18,10 +18,7 @@
 #ifndef SMM_ROCM_TRACE_H
 #define SMM_ROCM_TRACE_H
 
-#include "device_common.h"
-
-enum { SMM_TRACE_QUANT = 1, SMM_TRACE_DECODE = 2, SMM_TRACE_RING = 3 };
-#define SMM_TRACE_WORDS 6 /* u64 per record: id, tag, start, wait, products, end */
+#include "device_common.h" /* kernels.h: the record's format */
 
 #if defined(SMM_GPU_TRACE) && defined(SMM_GPU_NVIDIA) && !defined(SMM_TRACE_NO_BUFFER)
 #define SMM_TRACE_MAX (1 << 16)
