@@ -52,6 +52,7 @@ import logging
 import os
 import re
 import sys
+import weakref
 from pathlib import Path
 from typing import Callable, List, Optional, Union
 
@@ -291,8 +292,19 @@ def set_num_threads(n: int) -> None:
     ops._set_num_threads(int(n))
 
 
+def _out_dtype(op: str, out_dtype: Optional[torch.dtype], out: Optional[torch.Tensor]) -> torch.dtype:
+    """The output dtype of scaled_mm / scaled_mm_packed: out_dtype, else
+    out's dtype, else float32; TypeError when out_dtype and out disagree."""
+    if out is None:
+        return torch.float32 if out_dtype is None else out_dtype
+    if out_dtype is not None and out_dtype != out.dtype:
+        raise TypeError("scaledmm.%s: out has dtype %s but out_dtype is %s"
+                        % (op, out.dtype, out_dtype))
+    return out.dtype
+
+
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-              out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
+              out_dtype: Optional[torch.dtype] = None, bias: Optional[torch.Tensor] = None,
               azp: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """C = epilogue(a @ b.T), the w8a8 linear layer (smm_scaled_mm).
 
@@ -300,12 +312,14 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     in_features]); scale_a: float32 with 1 (per-tensor) or M (per-token)
     elements; scale_b: float32, 1 (per-tensor) or N (per-channel); bias:
     float32 [N] or None; azp: int32 activation zero points, 1 or M elements,
-    or None; out_dtype: torch.float32, float16 or bfloat16; out: an [M, N]
-    tensor of that dtype to write into. All on one device.
+    or None; out_dtype: torch.float32, float16 or bfloat16 (None: out's
+    dtype, else float32); out: an [M, N] tensor of that dtype to write
+    into (TypeError when out_dtype names another). All on one device.
     Per element (doc/numerics.md): acc = sum_k a*b (int32, wrapping),
     acc -= azp*colsum(b); t = float(acc)*sb; c = sa*t, fma(sa, t, bias) or
     fma(sa, t, +0) with azp; rounded to out_dtype, NaN canonical.
     """
+    out_dtype = _out_dtype("scaled_mm", out_dtype, out)
     if out is not None:
         ops.scaled_mm_out(a, b, scale_a, scale_b, bias, azp, out)
         return out
@@ -339,7 +353,7 @@ def pack_b(weight: torch.Tensor) -> PackedB:
 
 
 def scaled_mm_packed(a: torch.Tensor, b: PackedB, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                     out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
+                     out_dtype: Optional[torch.dtype] = None, bias: Optional[torch.Tensor] = None,
                      azp: Optional[torch.Tensor] = None,
                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """scaled_mm with the weight packed by pack_b: the same bits as
@@ -349,14 +363,16 @@ def scaled_mm_packed(a: torch.Tensor, b: PackedB, scale_a: torch.Tensor, scale_b
     device b was packed for (b.device()); b: a PackedB of a weight [N, K];
     scale_a: float32, 1 or M elements; scale_b: float32, 1 or N; bias:
     float32 [N] or None; azp: int32, 1 or M elements, or None; out_dtype:
-    torch.float32, float16 or bfloat16; out: an [M, N] tensor of that dtype
-    to write into (last dimension contiguous). Returns the [M, N] result.
-    Raises TypeError (a dtype), ValueError (a shape, K differing from b's,
+    torch.float32, float16 or bfloat16 (None: out's dtype, else float32);
+    out: an [M, N] tensor of that dtype to write into (last dimension
+    contiguous). Returns the [M, N] result.
+    Raises TypeError (a dtype, out_dtype naming another than out's), ValueError (a shape, K differing from b's,
     a on another device than b, b packed for another backend than the one
     now set for that device, a tensor that is not contiguous where needed)
     or RuntimeError (the library's errors, e.g. out overlapping an input);
     nothing is written then.
     """
+    out_dtype = _out_dtype("scaled_mm_packed", out_dtype, out)
     if out is not None:
         call_packed(ops.scaled_mm_packed_out, a, b, scale_a, scale_b, bias, azp, out)
         return out
@@ -508,15 +524,27 @@ class ScaledMMLinear(torch.nn.Module):
     Packed weight: the weight is packed once (pack_b) for its device, by
     .to() / .cuda() / .cpu() (any Module._apply) or by the first forward,
     and packed again when it has changed since: moved to another device,
-    replaced, written in place (load_state_dict included) or after
-    set_cpu_backend. The packed copy is not a buffer: state_dict holds the
-    int8 weight only, as it always has. Under torch.compile the packed
-    weight is used as it is when tracing (no change is looked for); a
-    module never packed before compiling (no forward, no .to()) runs
+    replaced by another tensor, written in place through torch (its
+    version counter moves) or after set_cpu_backend; load_state_dict packs
+    the loaded weight at once. Writes the version counter does not see are
+    not seen: through weight.data or a NumPy view, or under
+    torch.inference_mode (inference tensors have no version counter); call
+    pack() after them. The packed copy is not a buffer: state_dict holds
+    the int8 weight only, as it always has. Under torch.compile the packed
+    weight is used as it is when tracing (no change is looked for, but
+    load_state_dict and pack() replace it and the compiled module follows);
+    a module never packed before compiling (no forward, no .to()) runs
     quantize_i8 and scaled_mm on the unpacked weight there, with the same
-    bits. pack()
-    packs it by hand.
+    bits.
+
+    Dtypes: weight_scale, bias and input_scale stay float32 through
+    .to(dtype), .half(), .bfloat16() and the like (only moved): the
+    contract's epilogue takes float32, and a cast would change the results.
+    Inference only: backward through the output raises (the ops have no
+    derivative).
     """
+
+    _F32_BUFFERS = ("weight_scale", "bias", "input_scale")
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor,
                  bias: Optional[torch.Tensor] = None, input_scale: Optional[torch.Tensor] = None,
@@ -548,6 +576,7 @@ class ScaledMMLinear(torch.nn.Module):
         self.symmetric = bool(symmetric) if input_scale is None else input_zero_point is None
         self._packed = None        # PackedB of weight, or None
         self._packed_key = None    # _weight_key() when _packed was made
+        self._packed_ref = None    # a weak reference to the weight tensor packed
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, symmetric: bool = True,
@@ -583,13 +612,21 @@ class ScaledMMLinear(torch.nn.Module):
     def _weight_key(self):
         """What the packed weight depends on: the weight's device, address
         and version counter (bumped by in-place writes), and the CPU
-        backend's setting."""
+        backend's setting (with _packed_ref: which tensor it is)."""
         w = self.weight
         try:
             version = w._version
         except RuntimeError:   # an inference tensor (made under torch.inference_mode)
             version = None
         return (w.device, w.data_ptr(), version, _backend_generation)
+
+    def _packed_stale(self) -> bool:
+        """Whether the packed weight (or its absence) no longer matches the
+        weight: another key, or another tensor object at the same address
+        (a replaced weight whose storage reused the old one's)."""
+        ref = self._packed_ref
+        return (self._packed_key != self._weight_key()
+                or (ref is not None and ref() is not self.weight))
 
     def pack(self) -> Optional[PackedB]:
         """Packs the weight for its device now (pack_b) and keeps the
@@ -598,27 +635,40 @@ class ScaledMMLinear(torch.nn.Module):
         pack_b raises."""
         key = self._weight_key()
         if key[0].type not in ("cpu", "cuda"):
-            self._packed, self._packed_key = None, None
+            self._packed, self._packed_key, self._packed_ref = None, None, None
             return None
         self._packed = None   # the old packed copy is freed before the new one is made
         self._packed = ops.pack_b(self.weight)
-        self._packed_key = key
+        self._packed_key, self._packed_ref = key, weakref.ref(self.weight)
         return self._packed
 
     def _apply(self, fn, recurse=True):
-        """Module._apply (.to(), .cuda(), .cpu(), ...), then packs the
+        """Module._apply (.to(), .cuda(), .cpu(), ...), keeping the float32
+        buffers float32 (a dtype cast only moves them), then packs the
         weight again if it has changed (a weight not on CPU or CUDA is left
         unpacked)."""
+        before = {name: self._buffers.get(name) for name in self._F32_BUFFERS}
         result = super()._apply(fn, recurse)
-        if self._packed_key != self._weight_key():
+        for name, old in before.items():
+            new = self._buffers.get(name)
+            if old is not None and new is not None and new.dtype != torch.float32:
+                self._buffers[name] = old.to(device=new.device)
+        if self._packed_stale():
             self.pack()
         return result
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        """Module's loading of this module's entries, then the loaded
+        weight packed at once (a weight not on CPU or CUDA is left
+        unpacked), so that no forward, compiled or not, uses the old one."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.pack()
 
     def __getstate__(self):
         """The module's state for pickle and copy.deepcopy, without the
         packed weight (not picklable); the copy packs its own."""
         state = self.__dict__.copy()
-        state["_packed"], state["_packed_key"] = None, None
+        state["_packed"], state["_packed_key"], state["_packed_ref"] = None, None, None
         return state
 
     def __setstate__(self, state):
@@ -627,12 +677,16 @@ class ScaledMMLinear(torch.nn.Module):
         super().__setstate__(state)
         self.__dict__.setdefault("_packed", None)
         self.__dict__.setdefault("_packed_key", None)
+        self.__dict__.setdefault("_packed_ref", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        # The ops read rows whose last dimension is contiguous (an fx
+        # Proxy's strides are unknown: its graph keeps the op's check).
+        if not isinstance(x2, torch.fx.Proxy) and x2.stride(-1) != 1:
+            x2 = x2.contiguous()
         packed = self._packed
-        if not torch.compiler.is_compiling() and self._packed_key != self._weight_key():
+        if not torch.compiler.is_compiling() and self._packed_stale():
             packed = self.pack()
         if packed is None:   # weight not packed (see the class's docstring): the same bits
             q, s, z = ops.quantize_i8(x2, self.input_scale, self.input_zero_point, self.symmetric)
@@ -642,7 +696,7 @@ class ScaledMMLinear(torch.nn.Module):
             y = call_packed(ops.linear_packed, x2, packed, self.weight_scale, x.dtype,
                             self.bias, self.input_scale, self.input_zero_point,
                             self.symmetric)[0]
-        return y.reshape(*lead, self.out_features)
+        return y.reshape(x.shape[:-1] + (self.out_features,))
 
 
 def replace_linear(model: torch.nn.Module,

@@ -389,3 +389,94 @@ def test_compile_packed_module(rng, packed_first):
     assert any("linear_packed" in t for t in targets) == packed_first, targets
     assert ("scaledmm.scaled_mm" in targets) != packed_first, targets
     assert same_bits(got, want)
+
+
+def test_packed_weight_writes_and_loads(rng):
+    """What the packed weight follows besides test_packed_follows_weight_changes:
+    another tensor object at the packed one's address; load_state_dict
+    under torch.inference_mode (inference tensors have no version counter)
+    and into a compiled module (both pack at the load); a write through
+    weight.data, which the version counter does not see, after pack()."""
+    k, n = 40, 24
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    x = to_torch(rand_floats(rng, (5, k)))
+    with torch.no_grad():
+        mod(x)
+        p0 = mod._packed
+        mod.weight = mod.weight.view(n, k)        # same address and version, another tensor
+        assert same_bits(mod(x), unpacked_forward(mod, x)) and mod._packed is not p0
+        mod.weight.data.copy_(to_torch(rand_i8(rng, (n, k))))
+        mod.pack()                                # the documented step after such a write
+        assert same_bits(mod(x), unpacked_forward(mod, x))
+    other = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    with torch.inference_mode():
+        inf = smt.ScaledMMLinear.from_linear(linear(rng, k, n)).to("cpu")
+        inf(x)
+        inf.load_state_dict(other.state_dict())
+        assert same_bits(inf(x), unpacked_forward(other, x))
+    with torch.no_grad():
+        comp = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+        comp(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(comp, fullgraph=True, dynamic=False)
+        compiled(x)
+        comp.load_state_dict(other.state_dict())
+        assert same_bits(compiled(x), unpacked_forward(other, x)), "compiled after a load"
+
+
+@pytest.mark.parametrize("cast", ["bfloat16", "half", "double", "to_bf16"])
+def test_dtype_cast_keeps_float32_buffers(rng, cast):
+    """A whole-model dtype cast leaves weight_scale, bias and input_scale
+    float32 (only a cast would change the epilogue's results): the module
+    takes activations of the new dtype, with the bits of an uncast one."""
+    k, n = 32, 20
+    kw = dict(input_scale=torch.tensor([np.float32(2.0 ** -5)]))
+    mod = torch.nn.Sequential(smt.ScaledMMLinear.from_linear(linear(rng, k, n), **kw))
+    want_mod = torch.nn.Sequential(smt.ScaledMMLinear.from_linear(linear(rng, k, n), **kw))
+    want_mod.load_state_dict(mod.state_dict())
+    if cast == "to_bf16":
+        mod.to(torch.bfloat16)
+    else:
+        getattr(mod, cast)()
+    lin = mod[0]
+    for name in ("weight_scale", "bias", "input_scale"):
+        assert getattr(lin, name).dtype == torch.float32, name
+    assert lin.weight.dtype == torch.int8
+    dt = {"bfloat16": torch.bfloat16, "to_bf16": torch.bfloat16, "half": torch.float16,
+          "double": torch.float32}[cast]
+    x = to_torch(rand_floats(rng, (3, k))).to(dt)
+    with torch.no_grad():
+        assert same_bits(mod(x), want_mod(x))
+
+
+def test_backward_raises(rng):
+    """The ops have no derivative: backward through a ScaledMMLinear output
+    (or an op's) raises instead of leaving the inputs' gradients unset."""
+    k, n = 16, 8
+    up = torch.nn.Linear(k, k)
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    y = mod(up(to_torch(rand_floats(rng, (3, k)))))
+    with pytest.raises(RuntimeError, match="not implemented"):
+        y.sum().backward()
+    x = to_torch(rand_floats(rng, (3, k))).requires_grad_()
+    q, s, _ = smt.quantize_i8(x)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        s.sum().backward()
+    with torch.no_grad():   # no graph, no error, the same bits
+        assert same_bits(mod(x), unpacked_forward(mod, x.detach()))
+
+
+def test_strided_input_and_fx_trace(rng):
+    """A transposed activation tensor gives the contiguous one's bits (as
+    nn.Linear takes it); torch.fx.symbolic_trace of the module gives a
+    graph module with the same bits."""
+    k, n = 24, 12
+    mod = smt.ScaledMMLinear.from_linear(linear(rng, k, n))
+    x = to_torch(rand_floats(rng, (k, 5))).t()
+    assert x.stride(-1) != 1
+    with torch.no_grad():
+        want = mod(x.contiguous())
+        assert same_bits(mod(x), want)
+        traced = torch.fx.symbolic_trace(mod)
+        x3 = to_torch(rand_floats(rng, (2, 3, k)))
+        assert same_bits(traced(x3), mod(x3)) and traced(x3).shape == (2, 3, n)

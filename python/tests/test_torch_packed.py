@@ -511,3 +511,30 @@ def test_compile_fullgraph_packed(rng, backend):
     for g, e in zip(got2, eager2):
         assert same_bits(g, e)
     assert not all(same_bits(g, e) for g, e in zip(got2, eager)), "the second module's weight"
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_out_dtype_with_out(rng, packed):
+    """out_dtype None with out= takes out's dtype; an out_dtype naming
+    another dtype than out's raises TypeError, out untouched."""
+    t = valid(rng)
+    b = t["pb"] if packed else t["b"]
+    call = smt.scaled_mm_packed if packed else smt.scaled_mm
+    want = call(t["a"], b, t["scale_a"], t["scale_b"], torch.float16, t["bias"], t["azp"])
+    out = torch_poisoned((M, N), torch.float16)
+    assert call(t["a"], b, t["scale_a"], t["scale_b"], bias=t["bias"], azp=t["azp"], out=out) is out
+    assert torch.equal(tbits(out), tbits(want))
+    out = torch_poisoned((M, N), torch.float16)
+    before = out.clone()
+    with pytest.raises(TypeError, match="out_dtype"):
+        call(t["a"], b, t["scale_a"], t["scale_b"], torch.float32, t["bias"], t["azp"], out=out)
+    assert torch.equal(tbits(out), tbits(before)), "out was written"
+
+
+def test_linear_packed_bad_x_dtype_named(rng):
+    """linear_packed on float64 activations names x (out_dtype defaults to
+    x's dtype, so naming out_dtype would point at an argument not given)."""
+    t = valid(rng)
+    x = torch.zeros(M, K, dtype=torch.float64)
+    with pytest.raises(TypeError, match="x has dtype"):
+        smt.linear_packed(x, t["pb"], t["scale_b"])

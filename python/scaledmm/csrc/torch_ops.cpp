@@ -27,6 +27,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -382,10 +383,11 @@ linear_packed(const at::Tensor &x, const PackedBPtr &b, const at::Tensor &scale_
 {
     const char *op = "linear_packed";
     smm_linear_args l{};
-    l.c_dtype = float_code(out_dtype, op, "out_dtype");
     TORCH_CHECK_VALUE(x.dim() == 2, "scaledmm.", op, ": x has ", x.dim(),
                       " dimensions; expected 2");
+    // x before out_dtype: out_dtype defaults to x's dtype in the Python API
     l.x_dtype = float_code(x.scalar_type(), op, "x");
+    l.c_dtype = float_code(out_dtype, op, "out_dtype");
     l.ldx = leading_dim(x, x.scalar_type(), op, "x");
     l.m = x.size(0);
     l.k = x.size(1);
@@ -656,6 +658,17 @@ TORCH_LIBRARY_IMPL(scaledmm, CPU, m)
     m.impl("scaled_epilogue", &scaled_epilogue);
     m.impl("quantize_i8", &quantize_i8);
     m.impl("linear_packed", &linear_packed);
+}
+
+// No derivatives: where an input requires grad, the outputs carry a node
+// whose backward raises "derivative for scaledmm::<op> is not implemented",
+// as torch's own ops without one do (without this, backward only warned and
+// gave no gradients). The out= ops are left to torch's default.
+TORCH_LIBRARY_IMPL(scaledmm, Autograd, m)
+{
+    for (const char *op : {"pack_b", "scaled_mm_packed", "scaled_mm", "gemm_s8s8s32",
+                           "scaled_epilogue", "quantize_i8", "linear_packed"})
+        m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(scaledmm, CUDA, m)
