@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <scaledmm.h>
 #include <stdint.h>
 
@@ -156,10 +157,14 @@ static PyObject *Context_backend(Context *self, PyObject *unused)
 static PyObject *Context_set_num_threads(Context *self, PyObject *arg)
 {
     CTX_OR_NULL(self, ctx);
-    int n = (int)PyLong_AsLong(arg);
+    long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    return check(ctx, smm_context_set_num_threads(ctx, n));
+    if (n < INT_MIN || n > INT_MAX) {   /* not cut to an int behind the caller's back */
+        PyErr_Format(PyExc_OverflowError, "num_threads (%ld) is out of range", n);
+        return NULL;
+    }
+    return check(ctx, smm_context_set_num_threads(ctx, (int)n));
 }
 
 static PyObject *Context_num_threads(Context *self, PyObject *unused)

@@ -45,10 +45,11 @@ def _invalid(message: str) -> Error:
 
 def _float_dtype(dtype, what: str) -> Tuple[np.dtype, int]:
     """A float32 / float16 / bfloat16 dtype (a dtype or its name) -> (np.dtype, SMM_DTYPE_*)."""
+    aliases = ("float32", "f32", "float16", "f16", "half", "bfloat16", "bf16")
     try:
-        name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    except TypeError:
-        name = None
+        name = dtype if isinstance(dtype, str) and dtype in aliases else np.dtype(dtype).name
+    except TypeError:   # not a dtype numpy knows ("bfloat16" without ml_dtypes, "foo")
+        name = dtype if isinstance(dtype, str) else None
     if name in ("float32", "f32"):
         return np.dtype(np.float32), _core.SMM_DTYPE_F32
     if name in ("float16", "f16", "half"):
@@ -109,7 +110,8 @@ def _vector(name: str, v, dtype, lengths) -> Tuple[np.ndarray, int]:
     elif isinstance(v, np.ndarray):
         if v.dtype != dtype:
             raise _invalid("%s: dtype %s, expected %s" % (name, v.dtype, np.dtype(dtype)))
-        arr = np.ascontiguousarray(v).reshape(-1)
+        # contiguous and aligned to its element (a view at an odd offset is copied)
+        arr = np.require(np.ascontiguousarray(v).reshape(-1), requirements=("C", "A"))
     else:
         raise _invalid("%s: expected a number or a numpy.ndarray, got %s" % (name, type(v).__name__))
     if arr.size not in lengths:
@@ -132,7 +134,9 @@ def _operand_b(b, k: int):
 
 
 def _backend_code(backend) -> int:
-    if isinstance(backend, int):
+    if isinstance(backend, int) and not isinstance(backend, bool):
+        if not -2 ** 31 <= backend < 2 ** 31:
+            raise _invalid("backend: %d is not a backend" % backend)
         return backend
     if not isinstance(backend, str):
         raise _invalid("backend: expected a name (%s), got %r" % (", ".join(_BACKENDS), backend))
@@ -188,7 +192,7 @@ class Context:
         return "scaledmm.Context(backend=%r, num_threads=%d)" % (self.backend, self.num_threads)
 
     # ------------------------------------------------------------------
-    def scaled_mm(self, a: np.ndarray, b, scale_a, scale_b, out_dtype="float32",
+    def scaled_mm(self, a: np.ndarray, b, scale_a, scale_b, out_dtype=None,
                   bias: Optional[np.ndarray] = None, azp=None,
                   out: Optional[np.ndarray] = None) -> np.ndarray:
         """C = epilogue(A @ B^T), the w8a8 linear layer (smm_scaled_mm).
@@ -198,8 +202,10 @@ class Context:
         scale_b: float32, 1 (per-tensor) or N (per-channel) elements;
         bias: float32 [N] or None; azp: int32 activation zero points,
         1 or M elements, or None; out_dtype: "float32", "float16" or
-        "bfloat16" (ml_dtypes.bfloat16 arrays); out: an [M, N] array of
-        out_dtype to write into (else one is allocated).
+        "bfloat16" (ml_dtypes.bfloat16 arrays), or a numpy dtype of one of
+        them; None: out's dtype, else float32; out: an [M, N] array of
+        out_dtype to write into (else one is allocated; an out_dtype naming
+        another dtype than out's is an error).
         Per element (doc/numerics.md): acc = sum_k a*b (int32, wrapping),
         acc -= azp*colsum(b); t = float(acc)*sb; c = sa*t, fma(sa,t,bias)
         or fma(sa,t,+0) with azp; rounded to out_dtype, NaN canonical.
@@ -207,8 +213,12 @@ class Context:
         """
         if out is not None and not isinstance(out, np.ndarray):
             raise _invalid("out: expected a numpy.ndarray, got %s" % type(out).__name__)
-        dt, code = _float_dtype(out_dtype if out is None else out.dtype,
-                                "out_dtype" if out is None else "out")
+        if out is None:
+            dt, code = _float_dtype("float32" if out_dtype is None else out_dtype, "out_dtype")
+        else:
+            dt, code = _float_dtype(out.dtype, "out")
+            if out_dtype is not None and _float_dtype(out_dtype, "out_dtype")[0] != dt:
+                raise _invalid("out_dtype: %s, but out has dtype %s" % (out_dtype, out.dtype))
         pa, lda = _matrix("a", a, np.dtype(np.int8))
         m, k = a.shape
         packed = None
@@ -314,7 +324,7 @@ def context(backend: Union[str, int] = "auto") -> Context:
     return ctx
 
 
-def scaled_mm(a, b, scale_a, scale_b, out_dtype="float32", bias=None, azp=None, out=None,
+def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None, azp=None, out=None,
               backend="auto"):
     """Context.scaled_mm on this thread's default context of `backend`."""
     return context(backend).scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp, out)

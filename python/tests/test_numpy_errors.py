@@ -285,3 +285,48 @@ def test_quantize_out_overlaps_x(rng, dtype):
     before = bits(x).copy()
     expect_error(lambda: scaledmm.quantize_i8(x, out=out, backend="cpu"), OVERLAP)
     assert np.array_equal(bits(x), before)
+
+
+def test_out_dtype_and_out(rng):
+    """out_dtype None takes out's dtype; an out_dtype naming another dtype
+    than out's is an error naming out_dtype, nothing written; numpy dtype
+    strings ("f4", "<f2") name the same dtypes."""
+    kw = valid_scaled_mm(rng)
+    del kw["out_dtype"]
+    want = scaledmm.scaled_mm(out_dtype="float16", backend="reference", **kw)
+    out = poisoned((M, N), np.float16)
+    assert scaledmm.scaled_mm(out=out, backend="cpu", **kw) is out
+    assert np.array_equal(bits(out), bits(want))
+    out = poisoned((M, N), np.float16)
+    before = bits(out).copy()
+    expect_error(lambda: scaledmm.scaled_mm(out_dtype="float32", out=out, backend="cpu", **kw),
+                 INVALID, "out_dtype")
+    assert np.array_equal(bits(out), before)
+    for name in ("f2", "<f2", np.float16):
+        got = scaledmm.scaled_mm(out_dtype=name, backend="cpu", **kw)
+        assert got.dtype == np.float16 and np.array_equal(bits(got), bits(want))
+
+
+def test_unaligned_vectors_copied(rng):
+    """A float32 vector at an address that is not a multiple of 4 (a view
+    of bytes at an odd offset) is copied, with the aligned one's bits."""
+    kw = valid_scaled_mm(rng)
+    want = scaledmm.scaled_mm(backend="reference", **kw)
+    raw = np.zeros(4 * N + 1, dtype=np.uint8)
+    sb = raw[1:].view(np.float32)
+    sb[:] = kw["scale_b"].reshape(-1)
+    assert sb.ctypes.data % 4 != 0
+    kw["scale_b"] = sb
+    assert np.array_equal(bits(scaledmm.scaled_mm(backend="cpu", **kw)), bits(want))
+
+
+def test_backend_and_threads_out_of_range():
+    """A bool is not a backend; integers past int32 and thread counts past
+    int are refused, not cut."""
+    expect_error(lambda: scaledmm.Context(True), INVALID, "backend")
+    expect_error(lambda: scaledmm.Context(2 ** 40), INVALID, "backend")
+    ctx = scaledmm.Context("cpu")
+    for n in (2 ** 31, 2 ** 32 + 1, -2 ** 40):
+        with pytest.raises(OverflowError, match="num_threads"):
+            ctx.num_threads = n
+    assert ctx.num_threads == 0
