@@ -29,6 +29,7 @@
  *   build-cuda/gpu-tune --decode-sweep   # every decode variant, weight GB/s
  *   build-cuda/gpu-tune --launch-cost [raw] [quick]
  *   build-cuda/gpu-tune --layer-cost [405b]  # the decode layer: stream and graph
+ *   build-cuda/gpu-tune --layer-sweep        # its knobs behind the quantizer
  *   build-cuda/gpu-tune --layer-trace        # its per-block timeline (trace build)
  *   build-cuda/gpu-tune --ring-sweep [405b]  # ring decode: clusters x slots
  *   build-cuda/gpu-tune --large-sweep [405b]  # large M: TMA, ping-pong
@@ -72,6 +73,12 @@
  *                   bandwidth; the layer's outputs checked bitwise.
  *                   Column ring_g: the layer with the ring decode kernel
  *                   forced (0: it could not run).
+ *   --layer-sweep   the 8B layers at M = 1, 4, 16, 32, smm_linear in graph
+ *                   replays: as run, the ring decode kernel forced with 6
+ *                   (chosen), 4, 2 and no weight slots copied before its
+ *                   wait, and the quantizer with 2 and 4 chunks a thread;
+ *                   us per launch and % of the copy bandwidth, each form
+ *                   checked bitwise.
  *   --layer-trace   needs the plugin built with -DSMM_GPU_TRACE
  *                   (lib/rocm/trace.h), in a build directory of its own
  *                   (objects built without it are not rebuilt): from the
@@ -721,6 +728,37 @@ static smm_linear_args layer_args(const layer_io &io, const bufs &d, int64_t m, 
     return la;
 }
 
+/* la (b_packed set) on gctx, then on the host context from io's and d's
+ * host copies: the output, the int8 activations and the scales compared
+ * bit for bit (a mismatch is reported as `form` and counted). */
+static void layer_verify(const layer_io &io, const bufs &d, const smm_linear_args &la,
+                         const char *form)
+{
+    const int64_t m = la.m, n = la.n, k = la.k;
+    SK(gctx, smm_linear(gctx, &la));
+    SK(gctx, smm_synchronize(gctx));
+    std::vector<unsigned char> want_c((size_t)(m * n * 2)), got_c(want_c.size());
+    std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
+    std::vector<float> want_s((size_t)m), got_s((size_t)m);
+    smm_linear_args h = la;
+    h.x = io.hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
+    h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
+    h.c = want_c.data();
+    SK(hctx, smm_linear(hctx, &h));
+    SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(), SMM_MEMCPY_DEVICE_TO_HOST));
+    SK(gctx, smm_memcpy(gctx, got_q.data(), io.q, got_q.size(), SMM_MEMCPY_DEVICE_TO_HOST));
+    SK(gctx, smm_memcpy(gctx, got_s.data(), io.xs, (size_t)m * 4, SMM_MEMCPY_DEVICE_TO_HOST));
+    if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
+        memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
+        memcmp(got_s.data(), want_s.data(), (size_t)m * 4) != 0) {
+        fprintf(stderr, "gpu-tune: MISMATCH smm_linear (%s) M %lld N %lld K %lld: output, int8 "
+                        "activations or scales differ from the %s backend's\n",
+                form, (long long)m, (long long)n, (long long)k,
+                smm_backend_name(smm_context_backend(hctx)));
+        failures++;
+    }
+}
+
 /* --layer-cost: the decode layer as vLLM runs it against the GEMM alone.
  * layer: smm_linear (bf16 activations quantized per token, then the GEMM
  * with per-token x per-channel scales, bf16 out), as the library runs it
@@ -773,33 +811,9 @@ static void run_layer_cost(bool big)
             auto verify = [&](const char *form) {
                 smm_gpu_counts c0, c1;
                 kernel_counts(&c0);
-                layer(0);
-                SK(gctx, smm_synchronize(gctx));
+                la.b_packed = pb[0];
+                layer_verify(io, d, la, form);
                 kernel_counts(&c1);
-                std::vector<unsigned char> want_c((size_t)(m * n * 2)), got_c(want_c.size());
-                std::vector<int8_t> want_q((size_t)(m * k)), got_q(want_q.size());
-                std::vector<float> want_s((size_t)m), got_s((size_t)m);
-                smm_linear_args h = la;
-                h.x = io.hx.data(), h.x_scale = want_s.data(), h.q = want_q.data();
-                h.b = d.hb.data(), h.ldb = k, h.b_packed = NULL, h.scale_b = d.hsb.data();
-                h.c = want_c.data();
-                SK(hctx, smm_linear(hctx, &h));
-                SK(gctx, smm_memcpy(gctx, got_c.data(), d.c, got_c.size(),
-                                    SMM_MEMCPY_DEVICE_TO_HOST));
-                SK(gctx, smm_memcpy(gctx, got_q.data(), io.q, got_q.size(),
-                                    SMM_MEMCPY_DEVICE_TO_HOST));
-                SK(gctx, smm_memcpy(gctx, got_s.data(), io.xs, (size_t)m * 4,
-                                    SMM_MEMCPY_DEVICE_TO_HOST));
-                if (memcmp(got_c.data(), want_c.data(), got_c.size()) != 0 ||
-                    memcmp(got_q.data(), want_q.data(), got_q.size()) != 0 ||
-                    memcmp(got_s.data(), want_s.data(), (size_t)m * 4) != 0) {
-                    fprintf(stderr, "gpu-tune: MISMATCH smm_linear (%s) M %lld N %lld K %lld: "
-                            "output, int8 activations or scales differ from the %s "
-                            "backend's\n",
-                            form, (long long)m, (long long)n, (long long)k,
-                            smm_backend_name(smm_context_backend(hctx)));
-                    failures++;
-                }
                 return c1.decode_fused != c0.decode_fused;
             };
             double t[6], tq;
@@ -833,6 +847,81 @@ static void run_layer_cost(bool big)
                    t[3] * 1e6, t[4] * 1e6, t[5] * 1e6, pct(t[0]), pct(t[1]), pct(t[2]),
                    pct(t[3]), pct(t[4]), pct(t[5]), auto_fused ? "fused" : "two");
             fflush(stdout);
+        }
+        unpack_copies(pb);
+    }
+    layer_io_free(io);
+    bufs_free(d);
+}
+
+/* --layer-sweep: the decode layer's knobs behind the quantizer (8B
+ * layers, M = 1, 4, 16, 32, packed B, bf16 out), each a graph of 1000
+ * smm_linear launches, us per launch (median of 5 replays) and % of the
+ * copy bandwidth: auto (as run; again last, auto2, for drift); ring: the
+ * ring decode kernel forced, its weight slots before the wait chosen (r -
+ * 2), then 4, 2, none (p4, p2, p0); q2, q4: as run, the quantizer with at
+ * least 2 / 4 chunks per thread. Every form checked bitwise; "-": the
+ * forced kernel did not run. */
+static void run_layer_sweep(void)
+{
+    const int64_t ms[] = {1, 4, 16, 32};
+    const int launches = 1000;
+    struct form {
+        const char *name;
+        int kernel, ring_pre, q_chunks;
+    };
+    const form forms[] = {{"auto", 0, 0, 0},
+                          {"ring", SMM_GPU_KERNEL_DECODE_RING, 0, 0},
+                          {"ring_p4", SMM_GPU_KERNEL_DECODE_RING, 4, 0},
+                          {"ring_p2", SMM_GPU_KERNEL_DECODE_RING, 2, 0},
+                          {"ring_p0", SMM_GPU_KERNEL_DECODE_RING, -1, 0},
+                          {"q2", 0, 0, 2},
+                          {"q4", 0, 0, 4},
+                          {"auto2", 0, 0, 0}};
+    const int nf = (int)(sizeof forms / sizeof forms[0]);
+    bufs d = bufs_alloc(32, 28672, 14336, (int64_t)384 << 20);
+    const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
+    SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
+    layer_io io = layer_io_alloc(14336);
+    printf("layer sweep (packed B, bf16 out, smm_linear from bf16 activations, dynamic "
+           "per-token); us per launch, CUDA-graph replays of %d launches, median of 5; "
+           "%% of the copy bandwidth %.0f GB/s in brackets\n%-3s %-6s %-6s",
+           launches, bw, "M", "N", "K");
+    for (int f = 0; f < nf; f++)
+        printf(" %14s", forms[f].name);
+    printf("\n");
+    for (int s = 0; s < 4; s++) {
+        const int64_t n = layers[s][0], k = layers[s][1];
+        const int copies = copies_of(d, n, k);
+        std::vector<smm_packed_b *> pb = pack_copies(d, n, k, copies);
+        for (int64_t m : ms) {
+            fprintf(stderr, "gpu-tune: sweep M %lld N %lld K %lld\n", (long long)m,
+                    (long long)n, (long long)k);
+            printf("%-3lld %-6lld %-6lld", (long long)m, (long long)n, (long long)k);
+            smm_linear_args la = layer_args(io, d, m, n, k);
+            for (int f = 0; f < nf; f++) {
+                smm_gpu_force fo = force_of(forms[f].kernel, 0, 0, 0, 0);
+                fo.ring_pre = forms[f].ring_pre, fo.q_chunks = forms[f].q_chunks;
+                force_set(&fo);
+                smm_gpu_counts c0, c1;
+                kernel_counts(&c0);
+                la.b_packed = pb[0];
+                layer_verify(io, d, la, forms[f].name);
+                kernel_counts(&c1);
+                if (forms[f].kernel &&
+                    c1.launches[forms[f].kernel] == c0.launches[forms[f].kernel]) {
+                    printf(" %14s", "-");
+                } else {
+                    const double t = graph_time(launches, 5, [&](int l) {
+                        la.b_packed = pb[(size_t)(l % copies)];
+                        SK(gctx, smm_linear(gctx, &la));
+                    });
+                    printf(" %6.2f (%5.1f)", t * 1e6, 100 * (double)(n * k) / 1e9 / t / bw);
+                }
+                force_set(NULL);
+                fflush(stdout);
+            }
+            printf("\n");
         }
         unpack_copies(pb);
     }
@@ -1140,7 +1229,8 @@ static void run_large_sweep(bool big)
 static int usage(const char *why)
 {
     fprintf(stderr, "gpu-tune: %s\nusage: gpu-tune [--ref] [--kernel NAME | --decode-sweep | "
-            "--launch-cost [raw] [quick] | --layer-cost [405b] | --layer-trace | --ring-sweep [405b] | "
+            "--launch-cost [raw] [quick] | --layer-cost [405b] | --layer-sweep | --layer-trace | "
+            "--ring-sweep [405b] | "
             "--large-sweep [405b] | --decode-one M N K [KERNEL [TILE]]]\n",
             why);
     return 2;
@@ -1160,7 +1250,7 @@ static int64_t size_arg(const char *s)
 
 int main(int argc, char **argv)
 {
-    enum { BENCH, SWEEP, COST, LAYER, TRACE, RING, ONE, LARGE } mode = BENCH;
+    enum { BENCH, SWEEP, COST, LAYER, LSWEEP, TRACE, RING, ONE, LARGE } mode = BENCH;
     const char *kernel_arg = NULL;
     bool raw = false, quick = false, ref = false, big = false;
     int64_t one[3] = {0, 0, 0};
@@ -1184,6 +1274,8 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(a, "--layer-cost"))
             mode = LAYER;
+        else if (!strcmp(a, "--layer-sweep"))
+            mode = LSWEEP;
         else if (!strcmp(a, "--layer-trace"))
             mode = TRACE;
         else if ((mode == LAYER || mode == LARGE || mode == RING) && !strcmp(a, "405b"))
@@ -1262,6 +1354,7 @@ int main(int argc, char **argv)
     case SWEEP: run_decode_sweep(); break;
     case COST: run_launch_cost(!raw, quick); break;
     case LAYER: run_layer_cost(big); break;
+    case LSWEEP: run_layer_sweep(); break;
     case TRACE: run_layer_trace(); break;
     case RING: run_ring_sweep(big); break;
     case ONE: run_decode_one(one[0], one[1], one[2], kernel, one_tile); break;

@@ -1052,7 +1052,8 @@ SMM_DEV void smm_cp_async_wait_n(int n)
  * with one slot of wgmmas left in flight (at the start, all r slots). The
  * weights (and the tokens) are the two shared-memory operands, as in
  * smm_decode_tma_kernel; here every thread keeps copies in flight, which
- * holds no registers. With B static (d.b_static) the first r - 2 slots of
+ * holds no registers. With B static (d.b_static) the first d.pre (r - 2
+ * unless forced) slots of
  * weights are copied before griddepcontrol.wait and the next launch is
  * let in at the start; the tokens, and the weights of slots r - 2 and
  * r - 1, always after the wait. The other blocks of a cluster add their
@@ -1151,11 +1152,11 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
      * last two slots are free at the start), then slot i + r - 2 in
      * iteration i >= 2. Slots r - 2 and r - 1 copied in iterations 0 and
      * 1 instead, once all before them were in, launches were slower. */
-    if (d.b_static)
-        for (int sl = 0; sl < r - 2; sl++) {
-            copy(sl, sl, true, false);
-            smm_cp_async_commit();
-        }
+    const int pre = d.b_static ? d.pre : 0; /* weight slots before the wait */
+    for (int sl = 0; sl < pre; sl++) {
+        copy(sl, sl, true, false);
+        smm_cp_async_commit();
+    }
     /* A cluster's sums meet in block 0: it zeroes them (and the weight
      * rows' sums) and sets its barrier to count the other blocks' adds,
      * before the cluster barrier that the others wait for before adding. */
@@ -1179,11 +1180,10 @@ smm_decode_ring_kernel(smm_mm_dims d, smm_epi_params e, int r, int share)
         asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
     SMM_TRACE_AT(1);
-    if (!d.b_static)
-        for (int sl = 0; sl < r - 2; sl++) {
-            copy(sl, sl, true, false);
-            smm_cp_async_commit();
-        }
+    for (int sl = pre; sl < r - 2; sl++) {
+        copy(sl, sl, true, false);
+        smm_cp_async_commit();
+    }
     for (int sl = 0; sl < r - 2; sl++)
         copy(sl, sl, false, true);
     smm_cp_async_commit();
@@ -1774,10 +1774,16 @@ gpuError_t smm_launch_decode_ring(const smm_mm_dims &d, const smm_epi_params &e,
     r = r > SMM_RING_MAX ? SMM_RING_MAX : r;
     r = r > share + 2 ? share + 2 : r;
     r = r < 3 ? 3 : r;
+    /* With a packed B, the weights of ring slots 0 .. pre - 1 are copied
+     * before the wait: r - 2, unless forced. */
+    smm_mm_dims dr = d;
+    dr.pre = (int16_t)(!d.b_static || f.ring_pre < 0 ? 0
+                       : f.ring_pre > 0 && f.ring_pre < r - 2 ? f.ring_pre
+                                                              : r - 2);
     *done = true;
-    return nt == 8 ? smm_launch_ring_n<8>(d, e, rt, s, r, share, stream)
-           : nt == 16 ? smm_launch_ring_n<16>(d, e, rt, s, r, share, stream)
-                      : smm_launch_ring_n<32>(d, e, rt, s, r, share, stream);
+    return nt == 8 ? smm_launch_ring_n<8>(dr, e, rt, s, r, share, stream)
+           : nt == 16 ? smm_launch_ring_n<16>(dr, e, rt, s, r, share, stream)
+                      : smm_launch_ring_n<32>(dr, e, rt, s, r, share, stream);
 }
 
 gpuError_t smm_launch_decode_mma(const smm_mm_dims &d, const smm_epi_params &e, int g, int s,

@@ -96,6 +96,12 @@ typedef struct smm_gpu_force {
                      slower, doc/design.md) */
     int tile;     /* TMA_PP: 1 the 64 x 256 warpgroup tile, 2 the 128 x
                      128 one; 0: chosen */
+    int ring_pre; /* DECODE_RING with a packed B: ring slots of weights
+                     copied before the wait (1 .. slots - 2; -1 none); 0:
+                     chosen (slots - 2) */
+    int q_chunks; /* the quantizer's row kernel: at least this many 16-byte
+                     chunks of the row per thread (2, 4, 8; fewer threads
+                     per block); 0: chosen (as few as the row allows) */
 } smm_gpu_force;
 
 /* Launches so far in this process, per kernel (index: enum

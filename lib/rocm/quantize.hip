@@ -476,8 +476,10 @@ static bool q_rows_fit(const smm_quantize_args *a, int *ch, unsigned *block, int
     const int64_t nc = a->k / v;
     if (nc > (int64_t)QV_MAX_THREADS * QV_MAX_CH)
         return false;
+    smm_gpu_force f; /* q_chunks: a tuning program's lower bound */
+    smm_gpu_force_get(&f);
     int c = 1;
-    while (nc > (int64_t)QV_MAX_THREADS * c)
+    while (nc > (int64_t)QV_MAX_THREADS * c || (c < f.q_chunks && c < QV_MAX_CH))
         c *= 2;
     *ch = c;
     *block = (unsigned)(((nc + c - 1) / c + 31) / 32 * 32);
