@@ -511,6 +511,17 @@ static double copy_bandwidth(void *buf, size_t bytes)
     return 2.0 * (double)bytes / median(t) / 1e9;
 }
 
+/* The copy bandwidth measured on the weights' buffer of d (whose second
+ * half the copy overwrites), then the weights put back from the host copy,
+ * before any packing (with 405B, copy 0 is the whole buffer, and the
+ * checks read copy 0). */
+static double weights_bandwidth(const bufs &d)
+{
+    const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
+    SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
+    return bw;
+}
+
 __global__ void empty_kernel(void)
 {
 }
@@ -777,11 +788,7 @@ static void run_layer_cost(bool big)
     const int launches = 1000;
     const int64_t max_k = big ? 16384 : 14336;
     bufs d = bufs_alloc(32, 28672, max_k, big ? (int64_t)26624 * 16384 : (int64_t)384 << 20);
-    /* measured on the weights' buffer, whose second half the copy
-     * overwrites: put back from the host copy before packing (with 405B,
-     * copy 0 is the whole buffer, and the check reads copy 0) */
-    const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
-    SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
+    const double bw = weights_bandwidth(d);
     layer_io io = layer_io_alloc(max_k);
     printf("layer cost (packed B, bf16 out; layer = smm_linear from bf16 activations, dynamic "
            "per-token, as the library runs it; fused = forced to one launch, M <= 4; mm = "
@@ -880,8 +887,7 @@ static void run_layer_sweep(void)
                           {"auto2", 0, 0, 0}};
     const int nf = (int)(sizeof forms / sizeof forms[0]);
     bufs d = bufs_alloc(32, 28672, 14336, (int64_t)384 << 20);
-    const double bw = copy_bandwidth(d.b, (size_t)(d.b_bytes / 2) & ~(size_t)4095);
-    SK(gctx, smm_memcpy(gctx, d.b, d.hb.data(), d.hb.size(), SMM_MEMCPY_HOST_TO_DEVICE));
+    const double bw = weights_bandwidth(d);
     layer_io io = layer_io_alloc(14336);
     printf("layer sweep (packed B, bf16 out, smm_linear from bf16 activations, dynamic "
            "per-token); us per launch, CUDA-graph replays of %d launches, median of 5; "
