@@ -43,18 +43,23 @@ def _invalid(message: str) -> Error:
     return e
 
 
+# The names _float_dtype takes, and the dtype each names.
+_FLOAT_NAMES = {"float32": "float32", "f32": "float32", "float16": "float16", "f16": "float16",
+                "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
 def _float_dtype(dtype, what: str) -> Tuple[np.dtype, int]:
     """A float32 / float16 / bfloat16 dtype (a dtype or its name) -> (np.dtype, SMM_DTYPE_*)."""
-    aliases = ("float32", "f32", "float16", "f16", "half", "bfloat16", "bf16")
     try:
-        name = dtype if isinstance(dtype, str) and dtype in aliases else np.dtype(dtype).name
+        name = dtype if isinstance(dtype, str) and dtype in _FLOAT_NAMES else np.dtype(dtype).name
     except TypeError:   # not a dtype numpy knows ("bfloat16" without ml_dtypes, "foo")
         name = dtype if isinstance(dtype, str) else None
-    if name in ("float32", "f32"):
+    kind = _FLOAT_NAMES.get(name)
+    if kind == "float32":
         return np.dtype(np.float32), _core.SMM_DTYPE_F32
-    if name in ("float16", "f16", "half"):
+    if kind == "float16":
         return np.dtype(np.float16), _core.SMM_DTYPE_F16
-    if name in ("bfloat16", "bf16"):
+    if kind == "bfloat16":
         if bfloat16 is None:
             raise _invalid("%s: bfloat16 needs the ml_dtypes package" % what)
         return bfloat16, _core.SMM_DTYPE_BF16
